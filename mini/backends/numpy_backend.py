@@ -1,0 +1,171 @@
+"""The numpy backend: the portable reference for every NDArray primitive.
+
+Buffers are flat numpy arrays.  Kernels read strided inputs through numpy views
+(no copy) and write into freshly allocated, counted, compact outputs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mini.ndarray.memory import record_allocation
+
+ALIGNMENT = 64  # bytes: one cache line
+
+
+def aligned_empty(size: int, np_dtype) -> np.ndarray:
+    """A flat, uninitialised buffer whose first element sits on a 64-byte boundary."""
+    np_dtype = np.dtype(np_dtype)
+    nbytes = size * np_dtype.itemsize
+    if nbytes <= ALIGNMENT:  # fits in one cache line: alignment buys nothing
+        record_allocation(nbytes)
+        return np.empty(size, dtype=np_dtype)
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
+    buf = raw[start:start + nbytes].view(np_dtype)
+    record_allocation(nbytes)
+    return buf
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy comes with scikit-learn
+        return np.vectorize(math.erf, otypes=[x.dtype])(x)
+    return erf(x)
+
+
+def _sigmoid(x, out):
+    # Stable for large |x|: never exponentiate a large positive number.
+    e = np.exp(-np.abs(x))
+    return np.divide(np.where(x >= 0, 1.0, e), 1.0 + e, out=out)
+
+
+def _gelu(x, out):
+    return np.multiply(0.5 * x, 1.0 + _erf(x / math.sqrt(2.0)), out=out)
+
+
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+UNARY = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin,
+    "cos": np.cos, "tanh": np.tanh, "abs": np.abs, "sign": np.sign,
+    "relu": lambda x, out: np.maximum(x, 0, out=out),
+    "sigmoid": _sigmoid, "gelu": _gelu,
+    "erf": lambda x, out: np.copyto(out, _erf(x)) or out,
+}
+
+
+class NumpyBackend:
+    """Primitive kernels on flat numpy buffers.  Subclasses replace kernels, not callers."""
+
+    name = "numpy"
+    kernels_name = "numpy"
+
+    def __repr__(self):
+        return f"device(type='{self.name}')"
+
+    def __str__(self):
+        return self.name
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return other.split(":")[0] == self.name
+        return getattr(other, "name", None) == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    @property
+    def type(self):
+        return self.name
+
+    # --- buffers -------------------------------------------------------------
+    def empty(self, size: int, np_dtype) -> np.ndarray:
+        return aligned_empty(size, np_dtype)
+
+    def from_numpy(self, array: np.ndarray, np_dtype) -> np.ndarray:
+        array = np.asarray(array)
+        buf = self.empty(array.size, np_dtype)
+        buf[...] = array.reshape(-1)
+        return buf
+
+    # --- kernels: every input is an NDArray view, every output a new compact buffer ----
+    def compact(self, a) -> np.ndarray:
+        from mini.ndarray.strides import compact
+        return self._counted(compact(a.storage.data, a.shape, a.strides, a.offset))
+
+    def ewise(self, op: str, a, b, out_np_dtype) -> np.ndarray:
+        out = self.empty(a.size, out_np_dtype)
+        BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
+        return out
+
+    def scalar(self, op: str, a, s, out_np_dtype, reverse: bool = False) -> np.ndarray:
+        out = self.empty(a.size, out_np_dtype)
+        x = a.to_numpy_view()
+        s = np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
+        if reverse:
+            BINARY[op](s, x, out=out.reshape(a.shape))
+        else:
+            BINARY[op](x, s, out=out.reshape(a.shape))
+        return out
+
+    def unary(self, op: str, a) -> np.ndarray:
+        out = self.empty(a.size, a.dtype.np)
+        UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
+        return out
+
+    def where(self, cond, a, b, out_np_dtype) -> np.ndarray:
+        out = self.empty(cond.size, out_np_dtype)
+        np.copyto(out.reshape(cond.shape),
+                  np.where(cond.to_numpy_view(), a.to_numpy_view(), b.to_numpy_view()))
+        return out
+
+    def reduce(self, op: str, a, axes: tuple, keepdims: bool, out_shape) -> np.ndarray:
+        x = a.to_numpy_view()
+        size = math.prod(out_shape)
+        if op in ("argmax", "argmin"):
+            out = self.empty(size, np.int64)
+            fn = np.argmax if op == "argmax" else np.argmin
+            axis = axes[0] if axes else None
+            np.copyto(out.reshape(out_shape), fn(x, axis=axis, keepdims=keepdims))
+            return out
+        out = self.empty(size, x.dtype)
+        fn = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op]
+        fn(x, axis=axes, keepdims=keepdims, out=out.reshape(out_shape))
+        return out
+
+    def matmul(self, a, b, out_shape) -> np.ndarray:
+        out = self.empty(math.prod(out_shape), np.result_type(a.dtype.np, b.dtype.np))
+        np.matmul(a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(out_shape))
+        return out
+
+    def setitem(self, dst, src) -> None:
+        """Write ``src`` (an NDArray of dst's shape, or a Python scalar) through the view ``dst``."""
+        view = dst.to_numpy_view()
+        if hasattr(src, "to_numpy_view"):
+            np.copyto(view, src.to_numpy_view(), casting="unsafe")
+        else:
+            view[...] = src
+
+    def astype(self, a, np_dtype) -> np.ndarray:
+        out = self.empty(a.size, np_dtype)
+        np.copyto(out.reshape(a.shape), a.to_numpy_view(), casting="unsafe")
+        return out
+
+    def gather(self, a, key) -> np.ndarray:
+        """Advanced indexing (integer arrays, boolean masks): always a copy."""
+        result = a.to_numpy_view()[key]
+        out = self.empty(result.size, result.dtype)
+        out[...] = result.reshape(-1)
+        return out, result.shape
+
+    def _counted(self, buf: np.ndarray) -> np.ndarray:
+        record_allocation(buf.nbytes)
+        return buf
