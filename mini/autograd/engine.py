@@ -11,6 +11,7 @@ from __future__ import annotations
 from mini.autograd import grad_mode
 from mini.autograd.function import AccumulateGrad, Node
 from mini.exercises import exercise
+from mini.utils import profiler as _profiler
 
 
 def _graphlib_order(roots):
@@ -167,7 +168,11 @@ def run_backward(seeds, retain_graph: bool, create_graph: bool, capture=None,
             return ()
         if capture is not None and not accumulate and not _leads_to_capture(node, capture):
             return (None,) * len(node.next_functions)
-        grad_inputs = node.apply_backward(g)
+        if _profiler._ACTIVE:
+            with _profiler.record(node.name(), "backward"):
+                grad_inputs = node.apply_backward(g)
+        else:
+            grad_inputs = node.apply_backward(g)
         for hook in node._hooks:
             hook(grad_inputs, (g,))
         _check_gradients(node, grad_inputs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from mini.autograd import grad_mode
 from mini.autograd import forward_ad as _fw
+from mini.utils import profiler as _profiler
 
 
 class RemovableHandle:
@@ -206,7 +207,11 @@ class Function(metaclass=FunctionMeta):
                 node._fw_args = args
         prev, _ENABLED[0] = _ENABLED[0], False
         try:
-            out = cls.forward(node, *args, **kwargs)
+            if _profiler._ACTIVE:
+                with _profiler.record(cls.__name__, "forward"):
+                    out = cls.forward(node, *args, **kwargs)
+            else:
+                out = cls.forward(node, *args, **kwargs)
         finally:
             _ENABLED[0] = prev
         if not isinstance(out, Tensor):

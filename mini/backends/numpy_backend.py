@@ -99,7 +99,16 @@ class NumpyBackend:
     # --- kernels: every input is an NDArray view, every output a new compact buffer ----
     def compact(self, a) -> np.ndarray:
         from mini.ndarray.strides import compact
-        return self._counted(compact(a.storage.data, a.shape, a.strides, a.offset))
+        result = compact(a.storage.data, a.shape, a.strides, a.offset)  # may be a student's
+        if not isinstance(result, np.ndarray) or result.shape != (a.size,) \
+                or result.dtype != a.storage.data.dtype:
+            raise TypeError(
+                f"03.compact must return a 1-D numpy array of {a.size} {a.storage.data.dtype} "
+                f"elements; got {type(result).__name__} "
+                f"{getattr(result, 'shape', '')} {getattr(result, 'dtype', '')}".rstrip())
+        out = self.empty(a.size, result.dtype)  # aligned and counted, like every buffer
+        out[...] = result
+        return out
 
     def ewise(self, op: str, a, b, out_np_dtype) -> np.ndarray:
         out = self.empty(a.size, out_np_dtype)
@@ -165,7 +174,3 @@ class NumpyBackend:
         out = self.empty(result.size, result.dtype)
         out[...] = result.reshape(-1)
         return out, result.shape
-
-    def _counted(self, buf: np.ndarray) -> np.ndarray:
-        record_allocation(buf.nbytes)
-        return buf

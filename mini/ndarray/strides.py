@@ -238,10 +238,10 @@ def row_major_strides(shape: Shape) -> Strides:
 
 def is_compact(shape: Shape, strides: Strides) -> bool:
     """True when the layout is row-major contiguous (length-1 axes may have any stride)."""
+    if 0 in shape:
+        return True  # nothing to lay out
     expected = 1
     for dim, stride in zip(reversed(shape), reversed(strides)):
-        if dim == 0:
-            return True
         if dim != 1 and stride != expected:
             return False
         expected *= dim
