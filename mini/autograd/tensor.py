@@ -151,6 +151,22 @@ class Tensor:
     def __hash__(self):
         return id(self)
 
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol; detach() first")
+        t = Tensor._wrap(self._data.copy())
+        t.requires_grad = self.requires_grad
+        memo[id(self)] = t
+        if self.grad is not None:
+            t.grad = self.grad.__deepcopy__(memo)
+        return t
+
+    def __reduce__(self):
+        # Pickle the values (a compact numpy copy), dtype, device and requires_grad.
+        return (_rebuild_tensor, (self._data.numpy(), self.dtype.name, self.device.name,
+                                  self.requires_grad))
+
     # --- conversion ------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         if self.requires_grad:
@@ -331,6 +347,10 @@ def _ndarray_from_data(data, dtype, device) -> NDArray:
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"could not make a tensor from data of numpy dtype {arr.dtype}")
     return NDArray.from_numpy(arr, device=device, dtype=dtype)
+
+
+def _rebuild_tensor(array, dtype_name, device_name, requires_grad):
+    return Tensor(array, dtype=dtype_name, device=device_name, requires_grad=requires_grad)
 
 
 def is_tensor(x) -> bool:

@@ -86,6 +86,14 @@ class NumpyBackend:
     def type(self):
         return self.name
 
+    # A backend is a per-process singleton: copies and pickles refer to it by name.
+    def __reduce__(self):
+        from mini.backends import get_backend
+        return (get_backend, (self.name,))
+
+    def __deepcopy__(self, memo):
+        return self
+
     # --- buffers -------------------------------------------------------------
     def empty(self, size: int, np_dtype) -> np.ndarray:
         return aligned_empty(size, np_dtype)

@@ -197,6 +197,11 @@ class NDArray:
         return NDArray.make(self.device.compact(self), self.shape, self.device)
 
     def copy(self) -> "NDArray":
+        """A new compact buffer with this array's elements."""
+        if self.is_compact():  # a contiguous run: one block copy, no index arithmetic
+            buf = self.device.empty(self.size, self.dtype.np)
+            buf[...] = self.storage.data[self.offset:self.offset + self.size]
+            return NDArray.make(buf, self.shape, self.device)
         return NDArray.make(self.device.compact(self), self.shape, self.device)
 
     # --- writes ------------------------------------------------------------------------

@@ -1,0 +1,4 @@
+"""Utilities for training: ``clip_grad_norm_``."""
+from mini.nn.utils.clip_grad import clip_grad_norm_, clip_grad_value_
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]

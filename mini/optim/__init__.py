@@ -1,0 +1,6 @@
+"""Optimizers (layer 5 of mini), with PyTorch's names: ``mini.optim.SGD(model.parameters(),
+lr=0.1, momentum=0.9)``."""
+from mini.optim.optimizer import Optimizer
+from mini.optim.sgd import SGD
+
+__all__ = ["Optimizer", "SGD"]
