@@ -157,6 +157,11 @@ def run_backward(seeds, retain_graph: bool, create_graph: bool, capture=None,
             out = hook(g)
             if out is not None:
                 g = out
+        retained = getattr(node, "_retained", None)
+        if retained is not None and retained() is not None:
+            t = retained()
+            g_kept = g.clone() if create_graph else g.detach().clone()
+            t.grad = g_kept if t.grad is None else t.grad + g_kept
         if capture is not None and id(node) in capture:
             key = capture[id(node)]
             captured[key] = g if key not in captured else captured[key] + g

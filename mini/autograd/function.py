@@ -126,7 +126,8 @@ class AccumulateGrad(Node):
     def accumulate(self, grad, create_graph: bool) -> None:
         from mini.autograd.engine import accumulate_grad
         if create_graph:
-            accumulate_grad(self.variable, grad)
+            # clone() is recorded, so the stored gradient stays differentiable yet private
+            accumulate_grad(self.variable, grad.clone())
             return
         with grad_mode.no_grad():
             # A clone keeps .grad private: backward rules may pass one gradient object to

@@ -20,8 +20,9 @@ class Tensor:
     __slots__ = ("_data", "requires_grad", "grad", "grad_fn", "_accumulate", "_retains_grad",
                  "_fw_tangent", "_base", "__weakref__")
 
-    # numpy: let `ndarray * tensor` call Tensor.__rmul__ instead of broadcasting elementwise
+    # numpy: `ndarray * tensor` must call Tensor.__rmul__, not turn the tensor into an array
     __array_priority__ = 1000
+    __array_ufunc__ = None
 
     def __init__(self, data=None, dtype=None, device=None, requires_grad: bool = False):
         if isinstance(data, NDArray):
@@ -261,14 +262,9 @@ class Tensor:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self.is_leaf or self._retains_grad:
             return
-        ref = weakref.ref(self)
-
-        def keep(grad):
-            t = ref()
-            if t is not None:
-                g = grad if grad_mode.is_grad_enabled() else grad.detach()
-                t.grad = g if t.grad is None else t.grad + g
-        self.grad_fn.register_prehook(keep)
+        # The engine stores the gradient after every tensor hook has run, whatever the order
+        # in which the hooks and retain_grad() were registered (as PyTorch does).
+        self.grad_fn._retained = weakref.ref(self)
         self._retains_grad = True
 
     @property

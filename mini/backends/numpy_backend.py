@@ -59,7 +59,9 @@ UNARY = {
     "relu": lambda x, out: np.maximum(x, 0, out=out),
     "sigmoid": _sigmoid, "gelu": _gelu,
     "erf": lambda x, out: np.copyto(out, _erf(x)) or out,
+    "isfinite": np.isfinite, "isnan": np.isnan, "logical_not": np.logical_not,
 }
+BOOL_RESULT = {"isfinite", "isnan", "logical_not"}
 
 
 class NumpyBackend:
@@ -134,7 +136,7 @@ class NumpyBackend:
         return out
 
     def unary(self, op: str, a) -> np.ndarray:
-        out = self.empty(a.size, a.dtype.np)
+        out = self.empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
         UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
         return out
 
@@ -154,7 +156,10 @@ class NumpyBackend:
             np.copyto(out.reshape(out_shape), fn(x, axis=axis, keepdims=keepdims))
             return out
         out = self.empty(size, x.dtype)
-        fn = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op]
+        fn = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod,
+              "any": np.any, "all": np.all}[op]
+        if op in ("any", "all"):
+            out = self.empty(size, np.bool_)
         fn(x, axis=axes, keepdims=keepdims, out=out.reshape(out_shape))
         return out
 

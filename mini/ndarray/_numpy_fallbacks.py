@@ -38,17 +38,28 @@ def element_offset(index, strides, offset):
 
 def slice_view(shape, strides, offset, key):
     base = _fake(shape, strides)
+    key = key if isinstance(key, tuple) else (key,)
+    if not any(k is Ellipsis for k in key):
+        key = key + (Ellipsis,)  # so numpy returns a 0-d view, never a scalar copy
     view = base[key]
     return tuple(view.shape), tuple(int(s) for s in view.strides), offset + _address(view) - _address(base)
 
 
 def permute(shape, strides, axes):
-    view = np.transpose(_fake(shape, strides), axes)
+    try:
+        view = np.transpose(_fake(shape, strides), axes)
+    except (ValueError, np.exceptions.AxisError):
+        raise ValueError(f"permute: axes {tuple(axes)} are not a permutation of the "
+                         f"{len(shape)} dimensions of an array of shape {tuple(shape)}") from None
     return tuple(view.shape), tuple(int(s) for s in view.strides)
 
 
 def broadcast_to(shape, strides, new_shape):
-    return tuple(int(s) for s in np.broadcast_to(_fake(shape, strides), new_shape).strides)
+    try:
+        view = np.broadcast_to(_fake(shape, strides), new_shape)
+    except ValueError:
+        raise ValueError(f"cannot broadcast shape {tuple(shape)} to {tuple(new_shape)}") from None
+    return tuple(int(s) for s in view.strides)
 
 
 def reshape_strides(shape, strides, new_shape):

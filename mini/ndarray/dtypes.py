@@ -80,7 +80,10 @@ def set_default_dtype(d) -> None:
 
 
 def result_dtype(a: dtype, b: dtype) -> dtype:
-    """Type promotion of two tensors' dtypes (numpy's rules on our four dtypes)."""
+    """Type promotion of two tensors' dtypes, as PyTorch does it: a floating dtype wins over
+    an integer or bool one (float32 + int64 is float32), else the wider of the two."""
     if a is b:
         return a
+    if a.is_floating_point != b.is_floating_point:
+        return a if a.is_floating_point else b
     return as_dtype(np.promote_types(a.np, b.np))

@@ -211,17 +211,20 @@ class NDArray:
             view[_to_numpy_index(key)] = value.to_numpy_view() if isinstance(value, NDArray) else value
         else:
             dst = self[key]
+            _check_writable(dst)
             if isinstance(value, NDArray):
                 value = value.broadcast_to(dst.shape) if value.shape != dst.shape else value
             self.device.setitem(dst, value)
         self.storage.version += 1
 
     def fill(self, value) -> "NDArray":
+        _check_writable(self)
         self.device.setitem(self, value)
         self.storage.version += 1
         return self
 
     def copy_from(self, src: "NDArray") -> "NDArray":
+        _check_writable(self)
         if src.shape != self.shape:
             src = src.broadcast_to(self.shape)
         self.device.setitem(self, src)
@@ -236,7 +239,14 @@ class NDArray:
             if a.shape != b.shape:
                 shape = _broadcast_or_raise(op, a.shape, b.shape)
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
-            out_dtype = bool_ if op in _COMPARISONS else result_dtype(a.dtype, b.dtype)
+            if op in _COMPARISONS:
+                out_dtype = bool_
+            else:
+                out_dtype = result_dtype(a.dtype, b.dtype)
+                if op == "div" and not out_dtype.is_floating_point:
+                    from mini.ndarray.dtypes import get_default_dtype
+                    out_dtype = get_default_dtype()  # true division of integers gives floats
+                a, b = a.astype(out_dtype), b.astype(out_dtype)
             return NDArray.make(self.device.ewise(op, a, b, out_dtype.np), a.shape, self.device)
         return self.scalar(op, other)
 
@@ -251,7 +261,11 @@ class NDArray:
         return NDArray.make(self.device.scalar(op, a, s, out_dtype.np, reverse), self.shape, self.device)
 
     def unary(self, op: str) -> "NDArray":
-        return NDArray.make(self.device.unary(op, self), self.shape, self.device)
+        a = self
+        if op in _FLOAT_RESULT and not self.dtype.is_floating_point:
+            from mini.ndarray.dtypes import get_default_dtype
+            a = self.astype(get_default_dtype())  # exp of an int64 tensor is float32, as in torch
+        return NDArray.make(self.device.unary(op, a), a.shape, self.device)
 
     def astype(self, d) -> "NDArray":
         d = as_dtype(d)
@@ -313,6 +327,15 @@ class NDArray:
 
 
 _COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+_FLOAT_RESULT = {"exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "erf"}
+
+
+def _check_writable(dst: "NDArray") -> None:
+    if any(s == 0 and d > 1 for d, s in zip(dst.shape, dst.strides)):
+        raise RuntimeError(
+            f"unsupported operation: more than one element of the written-to array refers to a "
+            f"single memory location (shape {dst.shape}, strides {dst.strides}: a broadcast "
+            f"view). Please clone() the tensor before performing the operation.")
 
 
 def normalize_axes(axis, ndim: int) -> tuple:

@@ -2,7 +2,8 @@
 from mini.autograd.tensor import Tensor
 from mini.ops.elementwise import (add, sub, mul, div, neg, pow, exp, log, sqrt, sin, cos, tanh,
                                   sigmoid, relu, gelu, abs, maximum, minimum, where, clamp, cast,
-                                  to_device, eq, ne, lt, le, gt, ge, sign, erf)
+                                  to_device, eq, ne, lt, le, gt, ge, sign, erf,
+                                  isfinite, isnan, logical_not, any, all)
 from mini.ops.reduction import (sum, mean, max, min, amax, amin, argmax, argmin, logsumexp,
                                 var, std)
 from mini.ops.shape import (reshape, view, permute, transpose, t, broadcast_to, expand, expand_as,
@@ -27,6 +28,7 @@ def _install_tensor_methods():
     T.__pow__, T.__rpow__ = pow, _swap(pow)
     T.__matmul__, T.__rmatmul__ = matmul, _swap(matmul)
     T.__neg__ = neg
+    T.__invert__ = logical_not
     T.__pos__ = lambda self: self
     T.__abs__ = abs
     T.__eq__, T.__ne__, T.__lt__, T.__le__, T.__gt__, T.__ge__ = eq, ne, lt, le, gt, ge
@@ -39,7 +41,8 @@ def _install_tensor_methods():
     for name, fn in dict(
             add=add, sub=sub, mul=mul, div=div, pow=pow, neg=neg, exp=exp, log=log, sqrt=sqrt,
             sin=sin, cos=cos, tanh=tanh, sigmoid=sigmoid, relu=relu, abs=abs, maximum=maximum,
-            minimum=minimum, clamp=clamp, sign=sign, erf=erf, eq=eq, ne=ne, lt=lt, le=le, gt=gt,
+            minimum=minimum, clamp=clamp, sign=sign, erf=erf, isfinite=isfinite, isnan=isnan,
+            logical_not=logical_not, any=any, all=all, eq=eq, ne=ne, lt=lt, le=le, gt=gt,
             ge=ge, sum=sum, mean=mean, max=max, min=min, amax=amax, amin=amin, argmax=argmax,
             argmin=argmin, logsumexp=logsumexp, var=var, std=std, reshape=reshape, view=view,
             permute=permute, transpose=transpose, t=t, broadcast_to=broadcast_to, expand=expand,

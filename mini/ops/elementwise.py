@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from mini.autograd.function import Function
 from mini.autograd.tensor import Tensor
 from mini.autograd import grad_mode
@@ -190,8 +192,12 @@ class Pow(Function):
                 ga = g * b * a ** (b - 1)
             ga = _reduce_grad(ga, a_meta)
         if _needs(ctx, 1):
-            log_a = a.log() if isinstance(a, Tensor) else math.log(a)
-            gb = _reduce_grad(g * out * log_a, b_meta)
+            # d(a^b)/db = a^b·log(a); at a == 0 the limit is 0 (as PyTorch defines it)
+            if isinstance(a, Tensor):
+                gb = where(a == 0, 0.0, g * out * a.log())
+            else:
+                gb = g * out * math.log(a) if a != 0 else g * 0.0
+            gb = _reduce_grad(gb, b_meta)
         return ga, gb
 
     @staticmethod
@@ -365,15 +371,25 @@ def _reduce_grad(g, meta):
 def _binary_op(fn_cls):
     def op(a, b):
         _check_operands(fn_cls.__name__.lower(), a, b)
-        return fn_cls.apply(a, b)
+        like = a if isinstance(a, Tensor) else b
+        return fn_cls.apply(_as_operand(a, like), _as_operand(b, like))
     op.__name__ = fn_cls.__name__.lower()
     return op
 
 
 def _check_operands(name, a, b):
     for x in (a, b):
-        if not isinstance(x, (Tensor, int, float, bool)):
+        if not isinstance(x, (Tensor, int, float, bool, np.ndarray, np.number)):
             raise TypeError(f"{name}: unsupported operand type {type(x).__name__}")
+
+
+def _as_operand(x, like):
+    """numpy arrays become tensors on the other operand's device; numbers stay numbers."""
+    if isinstance(x, np.ndarray):
+        return Tensor(x, device=like.device)
+    if isinstance(x, np.number):
+        return x.item()
+    return x
 
 
 add = _binary_op(Add)
@@ -476,6 +492,26 @@ eq, ne, lt, le, gt, ge = (_compare(o) for o in ("eq", "ne", "lt", "le", "gt", "g
 
 def sign(a):
     return _out(a._data.unary("sign"))
+
+
+def isfinite(a):
+    return _out(a._data.unary("isfinite"))
+
+
+def isnan(a):
+    return _out(a._data.unary("isnan"))
+
+
+def logical_not(a):
+    return _out(a._data.unary("logical_not"))
+
+
+def any(a, dim=None, keepdim=False):
+    return _out(a._data.reduce("any", dim, keepdim))
+
+
+def all(a, dim=None, keepdim=False):
+    return _out(a._data.reduce("all", dim, keepdim))
 
 
 def erf(a):

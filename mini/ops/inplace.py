@@ -46,7 +46,9 @@ def _inplace_binary(op_name, fn):
         if alpha is not None:
             other = other * alpha
         if _check_inplace(self, other):
-            return _write_back(self, fn(self, other))
+            # The op may save its input for backward (mul_ by a tensor that requires grad
+            # needs the old value): give it a recorded copy, since the buffer is overwritten.
+            return _write_back(self, fn(SH.clone(self), other))
         if isinstance(other, Tensor):
             result = self._data.ewise(op_name, other._data)
             if tuple(result.shape) != tuple(self.shape):
@@ -68,7 +70,7 @@ div_ = _inplace_binary("div", E.div)
 
 def pow_(self, exponent):
     if _check_inplace(self, exponent):
-        return _write_back(self, E.pow(self, exponent))
+        return _write_back(self, E.pow(SH.clone(self), exponent))
     self._data.copy_from((self._data.ewise("pow", exponent._data) if isinstance(exponent, Tensor)
                           else self._data.scalar("pow", exponent)).astype(self.dtype))
     return self

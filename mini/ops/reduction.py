@@ -231,6 +231,9 @@ def argmin(a, dim=None, keepdim=False):
 def logsumexp(a, dim, keepdim=False):
     """log(sum(exp(a))) computed stably: subtract the max first, so exp never overflows."""
     m = amax(a, dim, keepdim=True).detach()
+    # A row of -inf (or a +inf) would give inf - inf = nan: shift such rows by 0 instead.
+    from mini.ops.elementwise import where, isfinite
+    m = where(isfinite(m), m, 0.0)
     out = (a - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(_dims(dim))
 

@@ -10,7 +10,7 @@ from mini.ndarray import NDArray
 from mini.ndarray.ndarray import normalize_axes, _is_basic_index
 from mini.ndarray.strides import infer_shape
 from mini.exercises import exercise
-from mini.ops._util import grad_for, sum_to
+from mini.ops._util import sum_to, cast_like
 
 
 def _view_of(a: Tensor, nd: NDArray) -> Tensor:
@@ -108,12 +108,6 @@ class Expand(Function):
     @staticmethod
     def jvp(ctx, t, _):
         return t.expand(ctx.shape)
-
-
-class _Meta:
-    """Stands in for a tensor where only shape and dtype matter."""
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, dtype
 
 
 class GetItem(Function):
@@ -220,7 +214,7 @@ class SetItem(Function):
         value_meta = ctx._arg_meta[2]
         gv = None
         if value_meta is not None and ctx.needs_input_grad[2]:
-            gv = grad_for(g[ctx.key], _Meta(*value_meta))
+            gv = cast_like(sum_to(g[ctx.key], value_meta[0]), value_meta[1])
         return ga, None, gv
 
 
@@ -235,7 +229,8 @@ class Copy(Function):
 
     @staticmethod
     def backward(ctx, g):
-        return None, grad_for(g, _Meta(*ctx._arg_meta[1]))
+        shape, dtype = ctx._arg_meta[1]
+        return None, cast_like(sum_to(g, shape), dtype)
 
 
 class Contiguous(Function):

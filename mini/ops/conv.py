@@ -1,0 +1,289 @@
+"""Convolution by im2col, and max pooling (NCHW, as in PyTorch).
+
+A 2-D convolution is a matrix product once every receptive field is laid out as a row:
+
+    im2col:  x [N, C, H, W]  ->  cols [N·Ho·Wo, C·kh·kw]      (one row per output pixel)
+    conv:    cols @ W.reshape(Cout, C·kh·kw).T  ->  [N·Ho·Wo, Cout]  ->  [N, Cout, Ho, Wo]
+
+``im2col`` first builds a *view* with six axes ``[N, C, Ho, Wo, kh, kw]`` over the padded
+input, using strides only (no copy: the ``Ho``/``Wo`` axes step by ``stride`` pixels, the
+``kh``/``kw`` axes by one pixel), then copies it into the row layout.  That copy is where the
+memory goes: each input pixel appears in up to ``kh·kw`` rows.  Its backward, ``col2im``,
+adds every row entry back onto the pixel it came from; the two are each other's adjoint, so
+each is the other's backward and gradients of gradients work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mini.autograd.function import Function
+from mini.exercises import exercise
+from mini.autograd.tensor import Tensor
+from mini.ndarray import NDArray
+
+__all__ = ["im2col", "col2im", "conv2d", "max_pool2d", "conv_output_size",
+           "im2col_view", "im2col_matrix", "col2im_matrix", "conv2d_forward", "conv2d_backward"]
+
+
+def _pair(v, name: str) -> tuple[int, int]:
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
+    """``floor((size + 2·padding - kernel) / stride) + 1``."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def _np(t: Tensor) -> np.ndarray:
+    return t._data.to_numpy_view()
+
+
+def _wrap(a: np.ndarray, like: Tensor) -> Tensor:
+    return Tensor._wrap(NDArray.from_numpy(np.asarray(a, order="C"), like._data.storage.device))
+
+
+def _geometry(shape, kernel_size, stride, padding):
+    if len(shape) != 4:
+        raise ValueError(f"im2col expects an NCHW input with 4 dimensions, got shape {tuple(shape)}")
+    n, c, h, w = shape
+    kh, kw = _pair(kernel_size, "kernel_size")
+    sh, sw = _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    if kh < 1 or kw < 1 or sh < 1 or sw < 1 or ph < 0 or pw < 0:
+        raise ValueError(f"invalid kernel_size {(kh, kw)}, stride {(sh, sw)} or padding {(ph, pw)}")
+    ho, wo = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
+    if ho < 1 or wo < 1:
+        raise ValueError(f"kernel {(kh, kw)} is larger than the padded input "
+                         f"{(h + 2 * ph, w + 2 * pw)} (input shape {tuple(shape)}, padding {(ph, pw)})")
+    return n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo
+
+
+def _im2col_np(x: np.ndarray, kernel_size, stride, padding) -> np.ndarray:
+    _geometry(x.shape, kernel_size, stride, padding)  # validates, with clear messages
+    return im2col_matrix(x, _pair(kernel_size, "kernel_size"), _pair(stride, "stride"),
+                         _pair(padding, "padding"))
+
+
+def _col2im_np(cols: np.ndarray, x_shape, kernel_size, stride, padding) -> np.ndarray:
+    _geometry(x_shape, kernel_size, stride, padding)
+    return col2im_matrix(cols, tuple(int(d) for d in x_shape), _pair(kernel_size, "kernel_size"),
+                         _pair(stride, "stride"), _pair(padding, "padding"))
+
+
+# ----------------------------------------------------------------------------------------
+# Chapter 04 exercise slots (numpy in, numpy out).  ``kernel_size``, ``stride`` and
+# ``padding`` are pairs of ints here; the wrappers above normalize and validate them.
+
+@exercise("04.im2col_view")
+def im2col_view(xp: np.ndarray, kernel_size: tuple, stride: tuple) -> np.ndarray:
+    """The receptive fields of an (already padded) NCHW array as a 6-D *view*, no copy.
+
+    xp: numpy array [N, C, Hp, Wp] with any strides.  kernel_size = (kh, kw),
+    stride = (sh, sw).  Returns a read-only view ``v`` of ``xp``'s memory with shape
+    [N, Ho, Wo, C, kh, kw], Ho = (Hp - kh) // sh + 1 (Wo likewise), such that
+    ``v[n, i, j, c, p, q] == xp[n, c, i*sh + p, j*sw + q]``.
+    """
+    ### BEGIN SOLUTION
+    n, c, hp, wp = xp.shape
+    kh, kw = kernel_size
+    sh, sw = stride
+    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    s0, s1, s2, s3 = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp, shape=(n, ho, wo, c, kh, kw), strides=(s0, s2 * sh, s3 * sw, s1, s2, s3),
+        writeable=False)
+    ### END SOLUTION
+
+
+@exercise("04.im2col")
+def im2col_matrix(x: np.ndarray, kernel_size: tuple, stride: tuple, padding: tuple) -> np.ndarray:
+    """The im2col matrix of the NCHW array ``x``: one row per output pixel.
+
+    x: [N, C, H, W]; kernel_size (kh, kw), stride (sh, sw), padding (ph, pw): ph zero rows
+    are added at the top AND the bottom, pw zero columns at the left AND the right.
+    Returns a new C-contiguous array [N*Ho*Wo, C*kh*kw] of x's dtype, rows in (n, i, j)
+    order, columns in (c, p, q) order (the order of ``weight.reshape(Cout, -1)``).
+    """
+    ### BEGIN SOLUTION
+    ph, pw = padding
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    view = im2col_view(x, kernel_size, stride)      # [N, Ho, Wo, C, kh, kw], no copy yet
+    n, ho, wo, c, kh, kw = view.shape
+    return np.ascontiguousarray(view).reshape(n * ho * wo, c * kh * kw)  # the copy
+    ### END SOLUTION
+
+
+@exercise("04.col2im")
+def col2im_matrix(cols: np.ndarray, x_shape: tuple, kernel_size: tuple, stride: tuple,
+                  padding: tuple) -> np.ndarray:
+    """The adjoint of :func:`im2col_matrix`: add every entry of ``cols`` back onto the
+    input pixel it was copied from.
+
+    cols: [N*Ho*Wo, C*kh*kw]; x_shape = (N, C, H, W).  Returns a new array of shape
+    x_shape and cols' dtype.  Pixels that sit in several receptive fields receive the SUM
+    of their entries; entries that came from the zero padding are dropped.
+    """
+    ### BEGIN SOLUTION
+    n, c, h, w = x_shape
+    kh, kw = kernel_size
+    sh, sw = stride
+    ph, pw = padding
+    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    g = cols.reshape(n, ho, wo, c, kh, kw)
+    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
+    for p in range(kh):          # kh*kw strided adds instead of one scatter per element
+        for q in range(kw):
+            out[:, :, p:p + sh * ho:sh, q:q + sw * wo:sw] += g[:, :, :, :, p, q].transpose(0, 3, 1, 2)
+    return out[:, :, ph:ph + h, pw:pw + w].copy()
+    ### END SOLUTION
+
+
+@exercise("04.conv2d_forward")
+def conv2d_forward(x: np.ndarray, weight: np.ndarray, bias, stride: tuple,
+                   padding: tuple) -> np.ndarray:
+    """Convolution (cross-correlation) as one matrix product, numpy in and out.
+
+    x [N, C, H, W], weight [Cout, C, kh, kw], bias [Cout] or None, stride (sh, sw),
+    padding (ph, pw).  Returns [N, Cout, Ho, Wo], C-contiguous, x's dtype.  Use
+    :func:`im2col_matrix`: cols [N*Ho*Wo, C*kh*kw] @ weight as [C*kh*kw, Cout].
+    """
+    ### BEGIN SOLUTION
+    n, c, h, w = x.shape
+    cout, _, kh, kw = weight.shape
+    ho = (h + 2 * padding[0] - kh) // stride[0] + 1
+    wo = (w + 2 * padding[1] - kw) // stride[1] + 1
+    cols = im2col_matrix(x, (kh, kw), stride, padding)
+    out = cols @ weight.reshape(cout, -1).T                       # [N*Ho*Wo, Cout]
+    if bias is not None:
+        out = out + bias
+    return np.ascontiguousarray(out.reshape(n, ho, wo, cout).transpose(0, 3, 1, 2))
+    ### END SOLUTION
+
+
+@exercise("04.conv2d_backward")
+def conv2d_backward(x: np.ndarray, weight: np.ndarray, grad_out: np.ndarray, stride: tuple,
+                    padding: tuple) -> tuple:
+    """Gradients of :func:`conv2d_forward` given ``grad_out`` = dL/d(out) [N, Cout, Ho, Wo].
+
+    Returns ``(grad_x, grad_weight, grad_bias)`` with the shapes of x [N, C, H, W],
+    weight [Cout, C, kh, kw] and bias [Cout].  Use :func:`im2col_matrix` and
+    :func:`col2im_matrix`.
+    """
+    ### BEGIN SOLUTION
+    cout, c, kh, kw = weight.shape
+    g = grad_out.transpose(0, 2, 3, 1).reshape(-1, cout)          # [N*Ho*Wo, Cout]
+    cols = im2col_matrix(x, (kh, kw), stride, padding)            # [N*Ho*Wo, C*kh*kw]
+    grad_w = (g.T @ cols).reshape(weight.shape)                   # [Cout, C*kh*kw]
+    grad_b = g.sum(axis=0)
+    grad_cols = g @ weight.reshape(cout, -1)                      # [N*Ho*Wo, C*kh*kw]
+    grad_x = col2im_matrix(grad_cols, x.shape, (kh, kw), stride, padding)
+    return grad_x, grad_w, grad_b
+    ### END SOLUTION
+
+
+class Im2Col(Function):
+    @staticmethod
+    def forward(ctx, x, kernel_size, stride, padding):
+        ctx.geom = (tuple(x.shape), kernel_size, stride, padding)
+        return _wrap(_im2col_np(_np(x), kernel_size, stride, padding), x)
+
+    @staticmethod
+    def backward(ctx, g):
+        shape, k, s, p = ctx.geom
+        return Col2Im.apply(g, shape, k, s, p), None, None, None
+
+
+class Col2Im(Function):
+    @staticmethod
+    def forward(ctx, cols, x_shape, kernel_size, stride, padding):
+        ctx.geom = (kernel_size, stride, padding)
+        return _wrap(_col2im_np(_np(cols), x_shape, kernel_size, stride, padding), cols)
+
+    @staticmethod
+    def backward(ctx, g):
+        k, s, p = ctx.geom
+        return Im2Col.apply(g, k, s, p), None, None, None, None
+
+
+def im2col(x: Tensor, kernel_size, stride=1, padding=0) -> Tensor:
+    """Lay out every ``kh × kw`` receptive field of the NCHW tensor ``x`` as a row:
+    returns ``[N·Ho·Wo, C·kh·kw]`` (rows in (n, ho, wo) order, columns in (c, i, j) order).
+    Differentiable; the backward is :func:`col2im`."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"im2col expects a Tensor, got {type(x).__name__}")
+    return Im2Col.apply(x, kernel_size, stride, padding)
+
+
+def col2im(cols: Tensor, x_shape, kernel_size, stride=1, padding=0) -> Tensor:
+    """The adjoint of :func:`im2col`: add each row entry back onto its input pixel."""
+    return Col2Im.apply(cols, tuple(x_shape), kernel_size, stride, padding)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups=1) -> Tensor:
+    """2-D cross-correlation (what deep learning calls convolution), NCHW.
+
+    ``input`` [N, C, H, W], ``weight`` [Cout, C, kh, kw], ``bias`` [Cout] -> [N, Cout, Ho, Wo].
+    """
+    if _pair(dilation, "dilation") != (1, 1) or groups != 1:
+        raise NotImplementedError("mini's conv2d supports dilation=1 and groups=1 only")
+    if input.ndim != 4:
+        raise ValueError(f"conv2d expects a 4-D NCHW input, got shape {tuple(input.shape)}")
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d expects a 4-D weight [Cout, C, kh, kw], got {tuple(weight.shape)}")
+    n, c, h, w = input.shape
+    cout, cin, kh, kw = weight.shape
+    if cin != c:
+        raise ValueError(f"conv2d: input has {c} channels (shape {tuple(input.shape)}) but weight "
+                         f"{tuple(weight.shape)} expects {cin}")
+    sh, sw = _pair(stride, "stride")
+    ph, pw = _pair(padding, "padding")
+    ho, wo = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
+    cols = im2col(input, (kh, kw), (sh, sw), (ph, pw))                 # [N·Ho·Wo, C·kh·kw]
+    out = cols.matmul(weight.reshape(cout, cin * kh * kw).transpose(0, 1))  # [N·Ho·Wo, Cout]
+    if bias is not None:
+        out = out + bias
+    return out.reshape(n, ho, wo, cout).permute(0, 3, 1, 2)
+
+
+class MaxPool2dFunction(Function):
+    @staticmethod
+    def forward(ctx, x, kernel_size, stride, padding):
+        a = _np(x)
+        n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = _geometry(a.shape, kernel_size, stride, padding)
+        if ph or pw:
+            a = np.pad(a, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
+        a = np.asarray(a, order="C")
+        s0, s1, s2, s3 = a.strides
+        win = np.lib.stride_tricks.as_strided(
+            a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2, s3),
+            writeable=False).reshape(n, c, ho, wo, kh * kw)
+        arg = win.argmax(axis=-1)
+        ctx.arg = arg
+        ctx.geom = (n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo)
+        return _wrap(np.take_along_axis(win, arg[..., None], axis=-1)[..., 0], x)
+
+    @staticmethod
+    def backward(ctx, g):
+        n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = ctx.geom
+        gn = _np(g)
+        out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=gn.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                hit = ctx.arg == i * kw + j  # the gradient goes to the max of each window
+                out[:, :, i:i + sh * ho:sh, j:j + sw * wo:sw] += np.where(hit, gn, 0)
+        return _wrap(out[:, :, ph:ph + h, pw:pw + w], g), None, None, None
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    """Maximum over each ``kernel_size`` window (NCHW); ``stride`` defaults to the kernel."""
+    if input.ndim != 4:
+        raise ValueError(f"max_pool2d expects a 4-D NCHW input, got shape {tuple(input.shape)}")
+    if stride is None:
+        stride = kernel_size
+    return MaxPool2dFunction.apply(input, kernel_size, stride, padding)
