@@ -25,7 +25,7 @@ def compact_strides(shape: Shape) -> Strides:
 
     The last axis has stride 1; each axis before it steps over one whole row of
     the axes after it.  ``compact_strides((2, 3)) == (3, 1)``; ``compact_strides(()) == ()``.
-    Size-0 dimensions are treated as size 1 so strides stay positive (numpy does the same).
+    Size-0 dimensions are treated as size 1 so strides stay positive (PyTorch does the same).
     """
     ### BEGIN SOLUTION
     strides = []

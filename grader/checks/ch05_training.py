@@ -1,0 +1,863 @@
+"""Hidden checks of chapter 05 (training): one check per exercise slot, plus two quizzes.
+
+The oracles are numpy formulas written here (float64), never mini's dispatching functions
+for the slot under test.  Inputs are built by the check (mini tensors from fresh random
+numpy arrays); what the student's function returns is converted with :func:`_tensor_np`,
+which accepts only an exact ``mini.Tensor`` and reads its buffer with mini's own code.
+
+The checkpoint checks run a small, complete training job (Linear + BatchNorm + Dropout,
+AdamW, warmup-cosine schedule, a shuffled DataLoader) with mini's reference components:
+in the grading subprocess no student code is registered, so those are the instructor's.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import numpy as np
+
+from grader.checks import check
+from grader.checks.helpers import (call, call_text, describe, describe_exception, expect_float,
+                                   expect_int, fail, rng)
+
+# Points: the notebook's test cells carry the same numbers (100 in all for the chapter).
+POINTS = {
+    "05.parameters": 8,
+    "05.kaiming_init": 6,
+    "05.batchnorm_forward": 12,
+    "05.batchnorm_backward": 10,
+    "05.layernorm": 8,
+    "05.dropout": 8,
+    "05.cross_entropy": 8,
+    "05.adamw_step": 12,
+    "05.warmup_cosine": 8,
+    "05.save_checkpoint": 8,
+    "05.load_checkpoint": 8,
+    "05.quiz_adam_traffic": 2,
+    "05.quiz_eval_mode": 2,
+}
+
+
+# =========================================================================== helpers
+
+#: The mini modules that own this chapter's slots (importing them declares the slots).
+SLOT_OWNERS = ("mini.nn.discovery", "mini.nn.he_init", "mini.nn.modules.normalization",
+               "mini.nn.modules.dropout", "mini.nn.losses", "mini.optim.adam",
+               "mini.optim.lr_scheduler", "mini.utils.train_state")
+
+
+def import_slot_owners() -> None:
+    import importlib
+    for name in SLOT_OWNERS:
+        importlib.import_module(name)
+
+
+def _mini():
+    import mini
+    return mini
+
+
+def _t(a: np.ndarray, requires_grad: bool = False):
+    mini = _mini()
+    return mini.tensor(np.array(a, copy=True), requires_grad=requires_grad)
+
+
+def _tensor_np(value, what: str, shape=None) -> np.ndarray:
+    """A numpy copy of an exact ``mini.Tensor`` (no subclass, no other type)."""
+    mini = _mini()
+    if type(value) is not mini.Tensor:
+        if type(value) is np.ndarray:
+            fail(f"{what} should be a mini Tensor, got a numpy array: build the result from "
+                 f"tensor operations")
+        fail(f"{what} should be a mini Tensor, got {describe(value)}")
+    a = value._data.numpy()
+    if shape is not None and a.shape != tuple(shape):
+        fail(f"{what} should have shape {tuple(shape)}, got shape {a.shape}")
+    return a
+
+
+def _close(got: np.ndarray, want: np.ndarray, what: str, hint: str = "", rtol=1e-7, atol=1e-9):
+    if got.shape != want.shape:
+        fail(f"{what} should have shape {want.shape}, got shape {got.shape}")
+    if not np.all(np.isfinite(got)) and np.all(np.isfinite(want)):
+        fail(f"{what} contains inf or nan where the right answer is finite"
+             + (f"; {hint}" if hint else ""))
+    if not np.allclose(got, want, rtol=rtol, atol=atol):
+        err = np.abs(got - want)
+        i = np.unravel_index(int(np.argmax(err)), err.shape) if err.size else ()
+        msg = (f"{what}: values differ; largest difference {float(err.max()):.3g} at index "
+               f"{tuple(int(k) for k in i)}: expected {float(want[i]):.6g}, got {float(got[i]):.6g}")
+        fail(msg + (f"; {hint}" if hint else ""))
+
+
+def _near(got: np.ndarray, cand: np.ndarray) -> bool:
+    return got.shape == cand.shape and bool(np.allclose(got, cand, rtol=1e-6, atol=1e-9))
+
+
+# =========================================================================== 05.parameters
+
+def _walk(mod, pre, out, seen_p, seen_m):
+    if id(mod) in seen_m:
+        return
+    seen_m.add(id(mod))
+    for name, p in mod._parameters.items():
+        if p is not None and id(p) not in seen_p:
+            seen_p.add(id(p))
+            out.append((pre + ("." if pre else "") + name, p))
+    for name, child in mod._modules.items():
+        if child is not None:
+            _walk(child, pre + ("." if pre else "") + name, out, seen_p, seen_m)
+
+
+def _models():
+    mini = _mini()
+    from mini import nn
+    from mini.nn.modules.normalization import BatchNorm1d
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.fc = nn.Linear(d, d, bias=False)
+            self.norm = BatchNorm1d(d)
+            self.gain = nn.Parameter(mini.ones(1))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(mini.ones(2))
+            self.blocks = nn.Sequential(Block(3), nn.ReLU(), Block(3))
+            self.head = nn.Linear(3, 2)
+            self.same_head = self.head             # one module reached twice
+            self.tied = nn.Linear(3, 2)
+            self.tied.weight = self.head.weight    # one parameter shared by two layers
+            self.empty = nn.Sequential()
+
+    return [nn.Linear(4, 3), Net(), nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Linear(2, 1))]
+
+
+@check("05.parameters", points=POINTS["05.parameters"])
+def check_parameters(fn):
+    for model in _models():
+        for prefix in ("", "model"):
+            want = []
+            _walk(model, prefix, want, set(), set())
+            what = call_text("named_parameters", f"<{type(model).__name__}>", prefix)
+            got = call(fn, model, prefix, name="named_parameters")
+            if type(got) not in (list, tuple):
+                fail(f"{what} should return a list of (name, parameter) pairs, got {describe(got)}")
+            pairs = []
+            for i, item in enumerate(got):
+                if type(item) is not tuple or len(item) != 2 or type(item[0]) is not str:
+                    fail(f"{what}[{i}] should be a (str, Parameter) pair, got {describe(item)}")
+                pairs.append(item)
+            names = [n for n, _ in pairs]
+            want_names = [n for n, _ in want]
+            if names == want_names:
+                for (n, p), (_, q) in zip(pairs, want):
+                    if p is not q:
+                        fail(f"{what}: the entry named {n!r} is not that module's parameter object "
+                             f"(return the Parameter itself, not a copy)")
+                continue
+            ids = [id(p) for _, p in pairs]
+            if len(set(ids)) < len(ids):
+                fail(f"{what}: a parameter appears more than once ({len(ids)} entries, "
+                     f"{len(set(ids))} distinct); a shared parameter (or a module reached twice) "
+                     f"must be listed only the first time it is met")
+            if set(names) < set(want_names):
+                missing = [n for n in want_names if n not in names]
+                fail(f"{what}: missing {missing[:4]}; recurse into every child module in "
+                     f"_modules (and its children), not only the module's own parameters")
+            if sorted(names) == sorted(want_names):
+                fail(f"{what}: right names in the wrong order: {names}; expected {want_names} "
+                     f"(own parameters first, then each child in registration order)")
+            missing = [n for n in want_names if n not in names]
+            extra = [n for n in names if n not in want_names]
+            fail(f"{what}: expected names {want_names}, got {names}"
+                 + (f"; missing {missing[:4]}" if missing else "")
+                 + (f"; unexpected {extra[:4]} (join names with '.', skip None entries)"
+                    if extra else ""))
+
+
+# =========================================================================== 05.kaiming_init
+
+@check("05.kaiming_init", points=POINTS["05.kaiming_init"])
+def check_kaiming(fn):
+    mini = _mini()
+    cases = [((512, 256), "fan_in", 256), ((64, 32, 3, 3), "fan_in", 288),
+             ((48, 96, 3, 3), "fan_out", 432), ((200, 300), "fan_out", 200)]
+    for shape, mode, fan in cases:
+        w = mini.empty(*shape)
+        what = call_text("kaiming_normal_", f"<empty tensor of shape {shape}>", mode=mode)
+        mini.manual_seed(11)
+        got = call(fn, w, mode=mode, name="kaiming_normal_")
+        if got is not w:
+            fail(f"{what} should fill the tensor it was given in place and return that same "
+                 f"tensor, got {describe(got)}")
+        a = _tensor_np(w, what, shape).astype(np.float64)
+        std, mean = float(a.std()), float(a.mean())
+        want = math.sqrt(2.0 / fan)
+        if abs(mean) > 5 * want / math.sqrt(a.size) + 1e-12:
+            fail(f"{what}: the values should have mean 0, got mean {mean:.4g}")
+        if abs(std / want - 1) > 0.03:
+            hints = []
+            if len(shape) > 2 and abs(std / math.sqrt(2.0 / shape[1 if mode == 'fan_in' else 0]) - 1) < 0.03:
+                hints.append("fan includes the kernel's receptive field: fan_in = in_channels·kh·kw")
+            if abs(std / math.sqrt(1.0 / fan) - 1) < 0.03:
+                hints.append("He init uses variance 2/fan (a ReLU zeroes half of its inputs), "
+                             "not 1/fan")
+            other = shape[0 if mode == "fan_in" else 1] * int(np.prod(shape[2:]))
+            if abs(std / math.sqrt(2.0 / other) - 1) < 0.03:
+                hints.append("fan_in counts the inputs of one output unit (shape[1]·kernel), "
+                             "fan_out shape[0]·kernel: you used the other one")
+            if abs(std / (2.0 / fan) - 1) < 0.03:
+                hints.append("2/fan is the variance; the standard deviation is its square root")
+            fail(f"{what}: standard deviation {std:.4g}, expected sqrt(2/{fan}) = {want:.4g}"
+                 + (f"; {'; '.join(hints)}" if hints else ""))
+        mini.manual_seed(11)
+        again = mini.empty(*shape)
+        call(fn, again, mode=mode, name="kaiming_normal_")
+        if not np.array_equal(_tensor_np(again, what), a.astype(np.float32)):
+            fail(f"{what}: two calls after the same mini.manual_seed gave different weights; "
+                 f"draw from mini's generator (mini.randn) so runs are reproducible")
+        if w.grad_fn is not None:
+            fail(f"{what}: the fill was recorded in the autograd graph; write under mini.no_grad()")
+
+
+# =========================================================================== batch norm
+
+def _bn_np(x, rm, rv, w, b, training, momentum, eps):
+    if training:
+        m = x.shape[0]
+        mean, var = x.mean(0), x.var(0)
+        rm2 = (1 - momentum) * rm + momentum * mean
+        rv2 = (1 - momentum) * rv + momentum * var * m / (m - 1)
+    else:
+        mean, var, rm2, rv2 = rm, rv, rm, rv
+    inv = 1 / np.sqrt(var + eps)
+    xh = (x - mean) * inv
+    return xh * w + b, xh, inv, rm2, rv2
+
+
+@check("05.batchnorm_forward", points=POINTS["05.batchnorm_forward"])
+def check_batchnorm_forward(fn):
+    gen = rng()
+    for trial in range(6):
+        m, c = int(gen.integers(2, 9)), int(gen.integers(1, 6))
+        x = gen.normal(gen.normal(0, 3), gen.uniform(0.5, 4), size=(m, c))
+        rm, rv = gen.normal(size=c), gen.uniform(0.5, 3, size=c)
+        w, b = gen.normal(size=c), gen.normal(size=c)
+        momentum, eps = float(gen.choice([0.1, 0.3, 0.05])), float(gen.choice([1e-5, 1e-3]))
+        for training in (True, False):
+            xt, rmt, rvt = _t(x), _t(rm), _t(rv)
+            what = call_text("batchnorm_forward", f"<x {x.shape}>", "<running_mean>",
+                             "<running_var>", "<weight>", "<bias>", training=training,
+                             momentum=momentum, eps=eps)
+            got = call(fn, xt, rmt, rvt, _t(w), _t(b), training, momentum, eps,
+                       name="batchnorm_forward")
+            if type(got) is not tuple or len(got) != 3:
+                fail(f"{what} should return the tuple (y, x_hat, inv_std), got {describe(got)}")
+            y = _tensor_np(got[0], f"{what}[0] (y)", (m, c))
+            xh = _tensor_np(got[1], f"{what}[1] (x_hat)", (m, c))
+            inv = _tensor_np(got[2], f"{what}[2] (inv_std)", (c,))
+            ey, exh, einv, erm, erv = _bn_np(x, rm, rv, w, b, training, momentum, eps)
+            new_rm, new_rv = rmt._data.numpy(), rvt._data.numpy()
+            if not training:
+                batch_y = _bn_np(x, rm, rv, w, b, True, momentum, eps)[0]
+                if _near(y, batch_y) and not _near(y, ey):
+                    fail(f"{what}: at eval (training=False) batch norm must normalise with the "
+                         f"running statistics, not with the statistics of the batch: a "
+                         f"prediction must not depend on the other samples in its batch")
+                if not (_near(new_rm, rm) and _near(new_rv, rv)):
+                    fail(f"{what}: at eval the running statistics must not change")
+            _close(y, ey, f"{what}: y", "y = (x - mean) / sqrt(var + eps) * weight + bias with "
+                   "the biased batch variance (divide by M)" if training else "")
+            _close(xh, exh, f"{what}: x_hat")
+            _close(inv, einv, f"{what}: inv_std", "inv_std = 1 / sqrt(var + eps)")
+            if training:
+                if _near(new_rm, rm) and _near(new_rv, rv):
+                    fail(f"{what}: the running statistics did not change; update running_mean "
+                         f"and running_var in place (e.g. running_mean.mul_(1 - momentum)"
+                         f".add_(...))")
+                if _near(new_rm, momentum * rm + (1 - momentum) * x.mean(0)):
+                    fail(f"{what}: running_mean weights the old value by momentum; momentum is "
+                         f"the weight of the NEW batch statistic: (1 - momentum)·old + "
+                         f"momentum·batch")
+                _close(new_rm, erm, f"{what}: running_mean after the update")
+                biased = (1 - momentum) * rv + momentum * x.var(0)
+                if _near(new_rv, biased) and not _near(biased, erv):
+                    fail(f"{what}: running_var was updated with the biased batch variance; the "
+                         f"running estimate uses the unbiased one, var · M / (M - 1)")
+                _close(new_rv, erv, f"{what}: running_var after the update",
+                       "running_var <- (1 - momentum)·running_var + momentum·var·M/(M-1)")
+
+
+def _bn_back_np(g, xh, inv, w):
+    m = g.shape[0]
+    gw, gb = (g * xh).sum(0), g.sum(0)
+    gg = g * w
+    gx = inv / m * (m * gg - gg.sum(0) - xh * (gg * xh).sum(0))
+    return gx, gw, gb
+
+
+@check("05.batchnorm_backward", points=POINTS["05.batchnorm_backward"])
+def check_batchnorm_backward(fn):
+    gen = rng()
+    for trial in range(8):
+        m, c = int(gen.integers(2, 10)), int(gen.integers(1, 6))
+        x = gen.normal(gen.normal(0, 2), gen.uniform(0.5, 3), size=(m, c))
+        inv = 1 / np.sqrt(x.var(0) + 1e-5)
+        xh = (x - x.mean(0)) * inv
+        g, w = gen.normal(size=(m, c)), gen.normal(size=c)
+        what = call_text("batchnorm_backward", f"<grad_out {g.shape}>", f"<x_hat {xh.shape}>",
+                         "<inv_std>", "<weight>")
+        got = call(fn, _t(g), _t(xh), _t(inv), _t(w), name="batchnorm_backward")
+        if type(got) is not tuple or len(got) != 3:
+            fail(f"{what} should return (grad_x, grad_weight, grad_bias), got {describe(got)}")
+        gx = _tensor_np(got[0], f"{what}[0] (grad_x)", (m, c))
+        gw = _tensor_np(got[1], f"{what}[1] (grad_weight)", (c,))
+        gb = _tensor_np(got[2], f"{what}[2] (grad_bias)", (c,))
+        egx, egw, egb = _bn_back_np(g, xh, inv, w)
+        _close(gb, egb, f"{what}: grad_bias", "grad_bias is grad_out summed over the rows")
+        _close(gw, egw, f"{what}: grad_weight", "grad_weight = sum over rows of grad_out·x_hat")
+        if _near(gx, g * w * inv):
+            fail(f"{what}: grad_x = grad_out·weight·inv_std treats the batch mean and variance as "
+                 f"constants, but they depend on every row of x: subtract the mean of g and the "
+                 f"x_hat-weighted mean of g·x_hat (see the docstring's formula)")
+        _close(gx, egx, f"{what}: grad_x",
+               "grad_x = inv_std/M · (M·g - sum(g) - x_hat·sum(g·x_hat)) with g = grad_out·weight")
+
+
+# =========================================================================== 05.layernorm
+
+@check("05.layernorm", points=POINTS["05.layernorm"])
+def check_layernorm(fn):
+    gen = rng()
+    cases = [((4, 6), (6,)), ((3, 5, 4), (4,)), ((2, 3, 4, 5), (4, 5)), ((5, 2), (2,))]
+    for shape, norm in cases:
+        x = gen.normal(gen.normal(0, 3), gen.uniform(0.5, 3), size=shape)
+        w, b = gen.normal(size=norm), gen.normal(size=norm)
+        eps = 1e-5
+        axes = tuple(range(len(shape) - len(norm), len(shape)))
+        mean, var = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)
+        xh = (x - mean) / np.sqrt(var + eps)
+        want = xh * w + b
+        xt, wt, bt = _t(x, True), _t(w, True), _t(b, True)
+        what = call_text("layernorm", f"<x {shape}>", norm, "<weight>", "<bias>", eps)
+        out = call(fn, xt, norm, wt, bt, eps, name="layernorm")
+        got = _tensor_np(out, what, shape)
+        if not _near(got, want):
+            first = tuple(range(len(norm)))
+            mb, vb = x.mean(0, keepdims=True), x.var(0, keepdims=True)
+            if _near(got, (x - mb) / np.sqrt(vb + eps) * w + b) or \
+                    _near(got, (x - x.mean(first, keepdims=True)) /
+                          np.sqrt(x.var(first, keepdims=True) + eps) * w + b):
+                fail(f"{what}: you normalised over the wrong axes; layer norm normalises each "
+                     f"sample over its LAST len(normalized_shape) dimensions (batch norm is the "
+                     f"one that averages over the batch)")
+            if _near(got, (x - mean) / np.sqrt(x.var(axes, keepdims=True, ddof=1) + eps) * w + b):
+                fail(f"{what}: use the biased variance (divide by the number of elements), as "
+                     f"PyTorch does")
+            _close(got, want, f"{what}: output")
+        if not out.requires_grad:
+            fail(f"{what}: the result does not require grad; build it from differentiable tensor "
+                 f"operations on x, weight and bias (no .numpy(), no mini.no_grad())")
+        g = gen.normal(size=shape)
+        try:
+            out.backward(_t(g))
+        except Exception as e:
+            fail(f"{what}: backward through your result failed: {describe_exception(e)}")
+        k = int(np.prod(norm))
+        gg = g * w
+        egx = (k * gg - gg.sum(axes, keepdims=True) - xh * (gg * xh).sum(axes, keepdims=True)) \
+            / (k * np.sqrt(var + eps))
+        lead = tuple(range(len(shape) - len(norm)))
+        if xt.grad is None or wt.grad is None or bt.grad is None:
+            fail(f"{what}: after backward, x, weight and bias should all have gradients")
+        _close(xt.grad._data.numpy(), egx, f"{what}: gradient of x")
+        _close(wt.grad._data.numpy(), (g * xh).sum(lead), f"{what}: gradient of weight")
+        _close(bt.grad._data.numpy(), g.sum(lead), f"{what}: gradient of bias")
+    out = call(fn, _t(gen.normal(size=(3, 4))), (4,), None, None, 1e-5, name="layernorm")
+    got = _tensor_np(out, "layernorm(x, (4,), None, None, 1e-05)", (3, 4))
+    if not np.allclose(got.mean(-1), 0, atol=1e-7):
+        fail("layernorm with weight=None and bias=None should still normalise (skip the affine "
+             "part when they are None)")
+
+
+# =========================================================================== 05.dropout
+
+@check("05.dropout", points=POINTS["05.dropout"])
+def check_dropout(fn):
+    mini = _mini()
+    gen = rng()
+    for p in (0.25, 0.5, 0.8):
+        n = 100_000
+        x = _t(np.ones(n))
+        what = call_text("dropout", f"<ones({n}) float64>", p, training=True)
+        mini.manual_seed(int(gen.integers(1 << 30)))
+        out = call(fn, x, p, training=True, name="dropout")
+        y = _tensor_np(out, what, (n,))
+        zeros = float((y == 0).mean())
+        if abs(zeros - p) > 0.01:
+            if abs(zeros - (1 - p)) < 0.01:
+                fail(f"{what}: {zeros:.1%} of the elements were zeroed; p is the probability to "
+                     f"DROP an element (keep with probability 1 - p)")
+            fail(f"{what}: {zeros:.1%} of the elements were zeroed, expected about {p:.0%}")
+        kept = y[y != 0]
+        if np.allclose(kept, 1.0):
+            fail(f"{what}: the kept elements were not rescaled; inverted dropout multiplies them "
+                 f"by 1/(1-p) in training so that the expected value of each element stays the "
+                 f"same (and eval can be the identity)")
+        if not np.allclose(kept, 1 / (1 - p), rtol=1e-12):
+            fail(f"{what}: kept elements should equal x/(1-p) = {1 / (1 - p):.6g}, got values "
+                 f"such as {float(kept[0]):.6g}")
+        xs = _t(gen.normal(size=(4, 5)))
+        seed = int(gen.integers(1 << 30))
+        mini.manual_seed(seed)
+        a = _tensor_np(call(fn, xs, p, training=True, name="dropout"), what)
+        mini.manual_seed(seed)
+        b = _tensor_np(call(fn, xs, p, training=True, name="dropout"), what)
+        if not np.array_equal(a, b):
+            fail(f"{what}: the same mini.manual_seed gave two different masks; draw the mask "
+                 f"with mini.rand so runs are reproducible (and a checkpoint can restore them)")
+    x = gen.normal(size=(3, 7))
+    for p in (0.0, 0.3, 0.9):
+        what = call_text("dropout", "<x (3, 7)>", p, training=False)
+        got = _tensor_np(call(fn, _t(x), p, training=False, name="dropout"), what, (3, 7))
+        if not np.array_equal(got, x):
+            if np.allclose(got, x / (1 - p)) or np.allclose(got, x * (1 - p)):
+                fail(f"{what}: at eval dropout is the identity; inverted dropout already scaled "
+                     f"during training, so nothing is scaled at inference")
+            fail(f"{what}: at eval dropout must return x unchanged")
+    what = call_text("dropout", "<x (3, 7)>", 0.0, training=True)
+    if not np.array_equal(_tensor_np(call(fn, _t(x), 0.0, training=True, name="dropout"), what), x):
+        fail(f"{what}: with p=0 nothing is dropped and nothing is scaled")
+    what = call_text("dropout", "<x (3, 7)>", 1.0, training=True)
+    got = _tensor_np(call(fn, _t(x), 1.0, training=True, name="dropout"), what, (3, 7))
+    if np.any(got != 0):
+        fail(f"{what}: with p=1 every element is dropped: the result is all zeros (and no "
+             f"division by zero)")
+    xg = _t(gen.normal(size=(50,)), True)
+    what = call_text("dropout", "<x (50,) requires_grad>", 0.4, training=True)
+    out = call(fn, xg, 0.4, training=True, name="dropout")
+    y = _tensor_np(out, what, (50,))
+    if not out.requires_grad:
+        fail(f"{what}: the result does not require grad; multiply x by the mask with tensor "
+             f"operations so that gradients flow")
+    out.sum().backward()
+    mask = (y != 0) / 0.6
+    _close(xg.grad._data.numpy(), mask, f"{what}: gradient of x",
+           "the gradient is the mask times 1/(1-p)")
+
+
+# =========================================================================== 05.cross_entropy
+
+@check("05.cross_entropy", points=POINTS["05.cross_entropy"])
+def check_cross_entropy(fn):
+    gen = rng()
+    for scale in (1.0, 10.0, 1000.0, 1e4):
+        n, c = int(gen.integers(2, 9)), int(gen.integers(2, 8))
+        z = gen.normal(size=(n, c)) * scale
+        if scale >= 1000:
+            z[0, 0] = -scale * 3          # very negative too: exp underflows to 0 naively
+        y = gen.integers(0, c, size=n)
+        m = z.max(1, keepdims=True)
+        lse = (m + np.log(np.exp(z - m).sum(1, keepdims=True)))[:, 0]
+        want = float((lse - z[np.arange(n), y]).mean())
+        p = np.exp(z - lse[:, None])
+        onehot = np.eye(c)[y]
+        zt = _t(z, True)
+        what = call_text("cross_entropy", f"<logits {z.shape} of size ~{scale:g}>",
+                         f"<target {y.shape}>")
+        out = call(fn, zt, _t(y.astype(np.int64)), name="cross_entropy")
+        got = float(_tensor_np(out, what, ()))
+        if not math.isfinite(got):
+            fail(f"{what} returned {got}: exp overflowed (exp(1000) is inf in float64); subtract "
+                 f"each row's maximum before exp: logsumexp(z) = m + log(sum(exp(z - m)))")
+        if abs(got - want) > 1e-7 * max(1.0, abs(want)):
+            if abs(got - want * n) <= 1e-7 * max(1.0, abs(want * n)):
+                fail(f"{what}: got {got:.6g}, the sum over the batch; return the mean "
+                     f"({want:.6g})")
+            if abs(got + want) <= 1e-7 * max(1.0, abs(want)):
+                fail(f"{what}: got {got:.6g}, the sign is flipped: the loss is -log p(target)")
+            fail(f"{what}: expected {want:.6g}, got {got:.6g}")
+        if not out.requires_grad:
+            fail(f"{what}: the loss does not require grad; compute it with differentiable "
+                 f"tensor operations on the logits")
+        out.backward()
+        if zt.grad is None:
+            fail(f"{what}: after backward the logits have no gradient")
+        _close(zt.grad._data.numpy(), (p - onehot) / n, f"{what}: gradient of the logits",
+               "the gradient is (softmax(z) - onehot(target)) / N", atol=1e-9)
+
+
+# =========================================================================== 05.adamw_step
+
+def _adamw_np(p, g, m, v, t, lr, b1, b2, eps, wd):
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    p = p * (1 - lr * wd)
+    p = p - lr / (1 - b1 ** t) * m / (np.sqrt(v) / math.sqrt(1 - b2 ** t) + eps)
+    return p, m, v
+
+
+@check("05.adamw_step", points=POINTS["05.adamw_step"])
+def check_adamw_step(fn):
+    gen = rng()
+    for trial in range(4):
+        shape = (int(gen.integers(1, 5)), int(gen.integers(1, 5)))
+        lr = float(gen.choice([1e-3, 1e-2, 0.1]))
+        b1, b2 = float(gen.choice([0.9, 0.8])), float(gen.choice([0.999, 0.99]))
+        eps, wd = float(gen.choice([1e-8, 1e-6])), float(gen.choice([0.0, 0.01, 0.3]))
+        if trial == 0:
+            wd = 0.3
+        p = gen.normal(size=shape)
+        m, v = np.zeros(shape), np.zeros(shape)
+        pt, mt, vt = _t(p), _t(m), _t(v)
+        for step in range(1, 7):
+            g = gen.normal(size=shape) * gen.uniform(0.01, 10)
+            what = call_text("adamw_step", "<param>", "<grad>", "<exp_avg>", "<exp_avg_sq>",
+                             step, lr, b1, b2, eps, wd)
+            before, m_prev, v_prev = p, m, v
+            call(fn, pt, _t(g), mt, vt, step, lr, b1, b2, eps, wd, name="adamw_step")
+            p, m, v = _adamw_np(p, g, m, v, step, lr, b1, b2, eps, wd)
+            got_p, got_m, got_v = pt._data.numpy(), mt._data.numpy(), vt._data.numpy()
+            if _near(got_p, p) and _near(got_m, m) and _near(got_v, v):
+                p, m, v = got_p, got_m, got_v
+                continue
+            if wd:
+                gl = g + wd * before           # L2: the decay folded into the gradient
+                m_l2 = b1 * m_prev + (1 - b1) * gl
+                v_l2 = b2 * v_prev + (1 - b2) * gl * gl
+                p_l2 = before - lr / (1 - b1 ** step) * m_l2 / (
+                    np.sqrt(v_l2) / math.sqrt(1 - b2 ** step) + eps)
+                if _near(got_m, m_l2) or _near(got_p, p_l2):
+                    fail(f"{what}: the weight decay went into the gradient (L2, as in Adam), so "
+                         f"it is rescaled by the adaptive denominator; AdamW decouples it: "
+                         f"param *= 1 - lr·weight_decay, apart from the Adam update")
+            nobc = before * (1 - lr * wd) - lr * m / (np.sqrt(v) + eps)
+            if _near(got_p, nobc):
+                fail(f"{what}: no bias correction: m and v start at zero, so divide them by "
+                     f"(1 - beta1**step) and (1 - beta2**step); without it the first steps are "
+                     f"far too small")
+            _close(got_m, m, f"{what}: exp_avg (updated in place)",
+                   "exp_avg <- beta1·exp_avg + (1 - beta1)·grad")
+            _close(got_v, v, f"{what}: exp_avg_sq (updated in place)",
+                   "exp_avg_sq <- beta2·exp_avg_sq + (1 - beta2)·grad²")
+            if _near(got_p, before):
+                fail(f"{what}: the parameter did not change; update param in place "
+                     f"(param.sub_(...), param.mul_(...))")
+            _close(got_p, p, f"{what}: param",
+                   "param <- param·(1 - lr·wd) - lr/(1-beta1^t) · m / (sqrt(v)/sqrt(1-beta2^t) + eps)")
+            # the student's in-place state is now the truth for the next step
+            p, m, v = got_p, mt._data.numpy(), vt._data.numpy()
+
+
+# =========================================================================== 05.warmup_cosine
+
+def _wc(step, base, warm, total, floor):
+    if step < warm:
+        return base * (step + 1) / warm
+    span = max(1, total - warm)
+    prog = min(1.0, (step - warm) / span)
+    return floor + (base - floor) * (1 + math.cos(math.pi * prog)) / 2
+
+
+@check("05.warmup_cosine", points=POINTS["05.warmup_cosine"])
+def check_warmup_cosine(fn):
+    gen = rng()
+    configs = [(0.1, 5, 20, 0.0), (3e-4, 10, 100, 1e-5), (1.0, 0, 10, 0.1)]
+    for _ in range(3):
+        warm = int(gen.integers(1, 20))
+        configs.append((float(gen.uniform(1e-4, 1)), warm, warm + int(gen.integers(1, 80)),
+                        float(gen.choice([0.0, 1e-4]))))
+    for base, warm, total, floor in configs:
+        steps = sorted({0, 1, max(0, warm - 1), warm, warm + 1, (warm + total) // 2, total - 1,
+                        total, total + 5, *gen.integers(0, total + 3, size=5).tolist()})
+        for s in steps:
+            s = int(s)
+            what = call_text("warmup_cosine", s, base, warm, total, floor)
+            got = expect_float(call(fn, s, base, warm, total, floor, name="warmup_cosine"), what)
+            want = _wc(s, base, warm, total, floor)
+            if abs(got - want) <= 1e-9 * max(1.0, abs(want)):
+                continue
+            if s < warm and warm and abs(got - base * s / warm) < 1e-12 * max(1, base):
+                fail(f"{what}: expected {want:.6g}, got {got:.6g}: off by one step; step counts "
+                     f"from 0, and the first step should already use base_lr/warmup_steps (lr 0 "
+                     f"wastes a step), reaching base_lr at step warmup_steps - 1")
+            if s >= warm and abs(got - _wc(s - 1, base, warm, total, floor)) < 1e-12 * max(1, base) \
+                    or s >= warm and abs(got - _wc(s + 1, base, warm, total, floor)) < 1e-12 * max(1, base):
+                fail(f"{what}: expected {want:.6g}, got {got:.6g}: the cosine phase is off by one "
+                     f"step; it starts at base_lr exactly at step == warmup_steps")
+            if s > total and abs(got - floor) > 1e-12:
+                fail(f"{what}: after total_steps the rate stays at min_lr = {floor:g}, got {got:.6g}")
+            fail(f"{what}: expected {want:.6g}, got {got:.6g}")
+
+
+# =========================================================================== checkpoints
+
+def _job(seed: int):
+    """A small training job with every kind of state: parameters and buffers, Adam moments,
+    a schedule, random dropout masks, a shuffled loader."""
+    mini = _mini()
+    from mini import nn
+    from mini.nn.modules.dropout import Dropout
+    from mini.nn.modules.normalization import BatchNorm1d
+    from mini.optim.adam import AdamW
+    from mini.optim.lr_scheduler import WarmupCosineLR
+    from mini.utils.data import DataLoader, TensorDataset
+    data = np.random.default_rng(5)
+    x = data.normal(size=(36, 4)).astype(np.float32)
+    y = ((x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64))
+    mini.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 12), BatchNorm1d(12), nn.ReLU(), Dropout(0.25),
+                          nn.Linear(12, 3))
+    opt = AdamW(model.parameters(), lr=0.03, weight_decay=0.05)
+    sched = WarmupCosineLR(opt, 3, 16, min_lr=1e-4)
+    loader = DataLoader(TensorDataset(mini.tensor(x), mini.tensor(y)), batch_size=8,
+                        shuffle=True)
+    return model, opt, sched, loader
+
+
+def _run(job, start: int, stop: int) -> list[float]:
+    from mini.nn.losses import cross_entropy
+    model, opt, sched, loader = job
+    it = _forever(loader)
+    out = []
+    for _ in range(start, stop):
+        x, y = next(it)
+        loss = cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        out.append(float(loss.item()))
+    return out
+
+
+def _forever(loader):
+    while True:
+        yield from loader
+
+
+def _weights(model):
+    return [p._data.numpy() for p in model.parameters()] + [b._data.numpy() for b in model.buffers()]
+
+
+def _ref_save(path, job, step):
+    """The instructor's save (a private copy, so that no student code runs here)."""
+    mini = _mini()
+    from mini import serialization
+    model, opt, sched, loader = job
+    state = {"step": int(step), "model": model.state_dict(), "optimizer": opt.state_dict(),
+             "scheduler": sched.state_dict(), "loader": loader.state_dict(),
+             "rng": mini.get_rng_state()}
+    serialization.save(state, path)
+
+
+def _ref_load(path, job):
+    mini = _mini()
+    from mini import serialization
+    model, opt, sched, loader = job
+    s = serialization.load(path)
+    model.load_state_dict(s["model"])
+    opt.load_state_dict(s["optimizer"])
+    sched.load_state_dict(s["scheduler"])
+    loader.load_state_dict(s["loader"])
+    mini.set_rng_state(s["rng"])
+    return s["step"]
+
+
+_STOP, _END = 6, 12
+
+
+def _reference_losses():
+    return _run(_job(0), 0, _END)
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise OSError("No space left on device (simulated)")
+
+
+class _BrokenLoader:
+    def state_dict(self):
+        return {"seed": 1, "epoch": 0, "position": 0, "broken": _Unpicklable()}
+
+
+@check("05.save_checkpoint", points=POINTS["05.save_checkpoint"])
+def check_save_checkpoint(fn):
+    mini = _mini()
+    from mini import serialization
+    ref = _reference_losses()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        job = _job(0)
+        _run(job, 0, _STOP)
+        rng_at_save = mini.get_rng_state()
+        what = call_text("save_checkpoint", "<path>", "<model>", "<optimizer>", "<scheduler>",
+                         "<loader>", step=_STOP)
+        result = call(fn, path, *job, step=_STOP, name="save_checkpoint")
+        if result is not None:
+            fail(f"{what} should return None, got {describe(result)}")
+        if not os.path.exists(path):
+            fail(f"{what}: no file at path afterwards (publish the temporary file with "
+                 f"os.replace(tmp, path))")
+        try:
+            state = serialization.load(path)
+        except Exception as e:
+            fail(f"{what}: the file could not be read with serialization.load: "
+                 f"{describe_exception(e)}; write it with serialization.save(state, f)")
+        if type(state) is not dict:
+            fail(f"{what}: the file should hold a dict, got {describe(type(state).__name__)}")
+        missing = [k for k in ("step", "model", "optimizer", "scheduler", "loader", "rng")
+                   if k not in state]
+        if "optimizer" in missing:
+            fail(f"{what}: the checkpoint has no optimizer state (keys {sorted(state)}): "
+                 f"without Adam's moments and step count the resumed run diverges")
+        if "rng" in missing:
+            fail(f"{what}: the checkpoint has no random-number state (keys {sorted(state)}): the "
+                 f"resumed run would draw different dropout masks and diverge; save "
+                 f"mini.get_rng_state()")
+        if missing:
+            fail(f"{what}: the checkpoint lacks {missing} (keys {sorted(state)})")
+        if type(state["step"]) is not int or state["step"] != _STOP:
+            fail(f"{what}: state['step'] should be the int {_STOP}, got {describe(state['step'])}")
+        if state["rng"] != rng_at_save:
+            fail(f"{what}: state['rng'] is not mini's random state at the time of the save; "
+                 f"save mini.get_rng_state()")
+        again = _job(777)
+        mini.manual_seed(4242)
+        try:
+            step = _ref_load(path, again)
+        except Exception as e:
+            fail(f"{what}: restoring the checkpoint's state dicts failed: {describe_exception(e)}")
+        rest = _run(again, step, _END)
+        if rest != ref[_STOP:]:
+            fail(f"{what}: resuming from your checkpoint does not reproduce the uninterrupted run "
+                 f"(losses {rest[:3]} vs {ref[_STOP:_STOP + 3]}); save each object's "
+                 f"state_dict() and the RNG state at the moment of the save")
+        leftovers = sorted(set(os.listdir(d)) - {"ckpt.pt"})
+        if leftovers:
+            fail(f"{what}: files were left next to the checkpoint: {leftovers}; the temporary "
+                 f"file must become the checkpoint (os.replace), not stay behind")
+        # Atomicity: a save that fails half-way must leave the previous checkpoint intact.
+        before = open(path, "rb").read()
+        calls = []
+        real = {name: getattr(os, name) for name in ("replace", "rename", "fsync")}
+
+        def spy(name):
+            def wrapper(*a, **k):
+                calls.append(name)
+                return real[name](*a, **k)
+            return wrapper
+
+        for name in real:
+            setattr(os, name, spy(name))
+        try:
+            try:
+                fn(path, *job[:3], _BrokenLoader(), step=_STOP + 1)
+            except NotImplementedError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - the failure we provoked
+                if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    raise
+            after = open(path, "rb").read() if os.path.exists(path) else b""
+            if after != before:
+                fail(f"{what}: a save that failed half-way (the disk filled up while pickling) "
+                     f"destroyed the previous checkpoint: the save is not atomic; write to a "
+                     f"temporary file in the same directory, fsync it, then os.replace it onto "
+                     f"the path")
+            leftovers = sorted(set(os.listdir(d)) - {"ckpt.pt"})
+            if leftovers:
+                fail(f"{what}: a failed save left its temporary file behind ({leftovers}); "
+                     f"remove it when the save fails")
+            calls.clear()
+            fn(path, *job, step=_STOP)
+            if "replace" not in calls and "rename" not in calls:
+                fail(f"{what}: the checkpoint was not published with os.replace (atomic rename)")
+            if "fsync" not in calls:
+                fail(f"{what}: the data was never fsync'ed: after a power cut the renamed file "
+                     f"could be empty; call os.fsync(f.fileno()) before os.replace")
+        finally:
+            for name, f in real.items():
+                setattr(os, name, f)
+
+
+@check("05.load_checkpoint", points=POINTS["05.load_checkpoint"])
+def check_load_checkpoint(fn):
+    mini = _mini()
+    ref = _reference_losses()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        job = _job(0)
+        _run(job, 0, _STOP)
+        _ref_save(path, job, _STOP)
+        rng_saved = mini.get_rng_state()
+        again = _job(777)
+        mini.manual_seed(4242)
+        what = call_text("load_checkpoint", "<path>", "<model>", "<optimizer>", "<scheduler>",
+                         "<loader>")
+        step = expect_int(call(fn, path, *again, name="load_checkpoint"), f"{what} (the step)",
+                          allow_numpy=True)
+        if step != _STOP:
+            fail(f"{what} should return the saved step {_STOP}, got {step}")
+        for a, b in zip(_weights(again[0]), _weights(job[0])):
+            if not np.array_equal(a, b):
+                fail(f"{what}: the model's parameters and buffers were not restored "
+                     f"(model.load_state_dict(state['model']))")
+        if not again[1].state:
+            fail(f"{what}: the optimizer state was not restored: without Adam's moments the "
+                 f"resumed run diverges; call optimizer.load_state_dict(state['optimizer'])")
+        if mini.get_rng_state() != rng_saved:
+            fail(f"{what}: mini's random state was not restored (mini.set_rng_state): the "
+                 f"resumed run draws different dropout masks and diverges")
+        if again[2].last_epoch != job[2].last_epoch:
+            fail(f"{what}: the scheduler was not restored: it is at step {again[2].last_epoch}, "
+                 f"the saved one at {job[2].last_epoch}")
+        if again[3].state_dict() != job[3].state_dict():
+            fail(f"{what}: the data loader's position was not restored "
+                 f"(loader.load_state_dict(state['loader'])): the resumed run would see other "
+                 f"batches")
+        rest = _run(again, step, _END)
+        if rest != ref[_STOP:]:
+            fail(f"{what}: the resumed run does not reproduce the uninterrupted run "
+                 f"(losses {rest[:3]} vs {ref[_STOP:_STOP + 3]})")
+
+
+# =========================================================================== quizzes
+
+@check("05.quiz_adam_traffic", points=POINTS["05.quiz_adam_traffic"])
+def check_quiz_adam_traffic(fn):
+    what = "your answer (bytes Adam moves per step for the 101,770-parameter MLP, float32)"
+    got = expect_int(call(fn, name="answer"), what, allow_numpy=True)
+    want = 28 * 101_770
+    if got == want:
+        return
+    hints = {
+        16 * 101_770: "16 B/param is what training holds (weight, grad, m, v); per step Adam "
+                      "reads weight, grad, m, v (16 B) and writes weight, m, v (12 B)",
+        12 * 101_770: "that counts only the writes; the step also reads weight, grad, m and v",
+        4 * 101_770: "that is one float32 per parameter; Adam touches four arrays",
+    }
+    fail(f"{what}: not {got:,}; {hints.get(got, 'count the float32 arrays Adam reads and writes per parameter')}")
+
+
+@check("05.quiz_eval_mode", points=POINTS["05.quiz_eval_mode"])
+def check_quiz_eval_mode(fn):
+    what = "your answer to the question about model.eval()"
+    got = call(fn, name="answer")
+    if type(got) is not str:
+        fail(f"{what} should be one letter as a string, such as 'A', got {describe(got)}")
+    letter = str.upper(str.strip(got))
+    if letter not in ("A", "B", "C", "D"):
+        fail(f"{what} should be one of 'A', 'B', 'C', 'D', got {describe(got)}")
+    if letter == "C":
+        return
+    hints = {
+        "A": "eval() does not turn off autograd: that is mini.no_grad()",
+        "B": "eval() changes layers that behave differently in training (dropout, batch norm); "
+             "the weights stay trainable",
+        "D": "dropout at eval is the identity: no mask and no scaling",
+    }
+    fail(f"{what}: not {letter}; {hints[letter]}")

@@ -1,0 +1,237 @@
+"""``mini-course``: the course's command line.
+
+Instructors::
+
+    mini-course init ~/mini-course-2026          # nbgrader course directory, outside the repo
+    cd ~/mini-course-2026
+    mini-course release 03                       # release/03_strides/ to hand out
+    mini-course import 03 ~/Downloads/submissions.zip
+    mini-course autograde 03                     # every submission; --student S for one
+    mini-course feedback 03                      # feedback/<student>/03_strides/*.html
+    mini-course grades --csv grades.csv
+
+Learners and self-learners::
+
+    mini-course workspace                        # workspace/NN_topic/ student notebooks
+    mini-course check 03                         # run my notebook, table of what passes
+
+Maintainers::
+
+    mini-course sync-solutions [--check]         # notebook solution cells == mini's references
+
+Instructor commands take ``--course-dir DIR`` (default: ``$MINI_COURSE_DIR`` or the current
+directory).  CHAPTER is ``03``, ``3`` or ``03_strides``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from grader.course import CourseError
+
+__all__ = ["main", "build_parser"]
+
+
+def _cmd_init(a) -> int:
+    from grader.course import init_course
+    init_course(a.dir, force=a.force, course_id=a.course_id, cell_timeout=a.cell_timeout,
+                check_timeout=a.check_timeout, check_memory=a.check_memory,
+                kernel_memory=a.kernel_memory,
+                course_src=Path(a.course_src) if a.course_src else None)
+    return 0
+
+
+def _cmd_release(a) -> int:
+    from grader.course import release
+    release(a.chapter, a.course_dir)
+    return 0
+
+
+def _cmd_import(a) -> int:
+    from grader.course import import_submissions
+    report = import_submissions(a.chapter, a.path, a.course_dir)
+    return 1 if report.rejected and not (report.imported or report.replaced or report.unchanged) else 0
+
+
+def _cmd_autograde(a) -> int:
+    from grader.course import autograde
+    autograde(a.chapter, a.course_dir, student=a.student, recheck=not a.no_recheck)
+    return 0
+
+
+def _cmd_feedback(a) -> int:
+    from grader.course import feedback
+    feedback(a.chapter, a.course_dir, student=a.student)
+    return 0
+
+
+def _cmd_grades(a) -> int:
+    from grader.course import grades
+    rows = grades(a.course_dir)
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["student", "chapter", "notebook", "grade_id",
+                                              "score", "max_score"])
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {len(rows)} rows to {a.csv}")
+    if not rows:
+        print("no grades yet (run `mini-course autograde CHAPTER`)")
+        return 0
+    heads = ("student", "chapter", "grade_id", "score", "max_score")
+    table = [heads] + [(r["student"], r["chapter"], r["grade_id"], f"{r['score']:g}",
+                        f"{r['max_score']:g}") for r in rows]
+    widths = [max(len(t[i]) for t in table) for i in range(len(heads))]
+    for t in table:
+        print("  ".join(t[i].ljust(widths[i]) for i in range(len(heads))).rstrip())
+    totals: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        acc = totals.setdefault((r["student"], r["chapter"]), [0.0, 0.0])
+        acc[0] += r["score"]
+        acc[1] += r["max_score"]
+    print()
+    for (student, chapter), (score, mx) in sorted(totals.items()):
+        print(f"{student}  {chapter}  total {score:g} / {mx:g}")
+    return 0
+
+
+def _cmd_check(a) -> int:
+    from grader.course import default_course_src, list_chapters, repo_root, resolve_chapter
+    from grader.selfcheck import check_notebook, format_table
+    import os
+
+    course_src = default_course_src()
+    chapter = resolve_chapter(a.chapter, list_chapters(course_src))
+    if a.notebook:
+        targets = [Path(a.notebook)]
+    else:
+        ws = Path(os.environ.get("MINI_WORKSPACE") or repo_root() / "workspace") / chapter
+        folder = ws if ws.is_dir() and any(ws.glob("*.ipynb")) else course_src / chapter
+        targets = sorted(folder.glob("*.ipynb"))
+    status = 0
+    for nb in targets:
+        if not nb.exists():
+            print(f"error: {nb} does not exist", file=sys.stderr)
+            return 2
+        instructor = course_src / chapter / nb.name
+        print(f"checking {nb} ...", flush=True)
+        try:
+            results = check_notebook(nb, instructor if instructor.exists() else None,
+                                     timeout=a.timeout)
+        except Exception as e:  # noqa: BLE001 - the notebook could not run at all
+            print(f"error: could not run {nb}: {type(e).__name__}: {e}", file=sys.stderr)
+            status = 2
+            continue
+        print(format_table(results))
+    return status
+
+
+def _cmd_workspace(a) -> int:
+    from grader.course import workspace
+    workspace(a.dir)
+    return 0
+
+
+def _cmd_sync(a) -> int:
+    from grader.course import default_course_src, default_mini_src, list_chapters
+    from grader.solutions import reference_regions, sync_notebook
+
+    course_src = Path(a.course_src) if a.course_src else default_course_src()
+    refs = reference_regions(default_mini_src())
+    differing = []
+    for chapter in list_chapters(course_src):
+        for nb in sorted((course_src / chapter).glob("*.ipynb")):
+            for slot in sync_notebook(nb, refs, write=not a.check):
+                differing.append(f"{nb.relative_to(course_src.parent)}: {slot}")
+    for d in differing:
+        print(("differs: " if a.check else "updated: ") + d)
+    if a.check and differing:
+        print("solution cells differ from mini's references: run `mini-course sync-solutions`",
+              file=sys.stderr)
+        return 1
+    if not differing:
+        print("all notebook solution regions match mini's references")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mini-course", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("init", help="create an instructor course directory (nbgrader layout)")
+    s.add_argument("dir")
+    s.add_argument("--force", action="store_true",
+                   help="re-initialize a non-empty directory (replaced files are backed up)")
+    s.add_argument("--course-id", default="mini")
+    s.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell at autograde")
+    s.add_argument("--check-timeout", type=float, default=60, help="seconds per hidden check")
+    s.add_argument("--check-memory", default="4G", help="memory limit of a hidden check")
+    s.add_argument("--kernel-memory", default="6G", help="memory limit of the grading kernel")
+    s.add_argument("--course-src", help="folder of chapters (default: the repository's course/)")
+    s.set_defaults(func=_cmd_init)
+
+    def course_opt(s):
+        s.add_argument("--course-dir", default=None,
+                       help="course directory (default: $MINI_COURSE_DIR or the current directory)")
+
+    s = sub.add_parser("release", help="generate the student version of a chapter")
+    s.add_argument("chapter")
+    course_opt(s)
+    s.set_defaults(func=_cmd_release)
+
+    s = sub.add_parser("import", help="import submissions (folder or .zip, <student>_<notebook>.ipynb)")
+    s.add_argument("chapter")
+    s.add_argument("path")
+    course_opt(s)
+    s.set_defaults(func=_cmd_import)
+
+    s = sub.add_parser("autograde", help="autograde submissions of a chapter")
+    s.add_argument("chapter")
+    s.add_argument("--student", default=None)
+    s.add_argument("--no-recheck", action="store_true",
+                   help="trust the kernel's hidden-test results (skip the re-check)")
+    course_opt(s)
+    s.set_defaults(func=_cmd_autograde)
+
+    s = sub.add_parser("feedback", help="generate feedback without hidden tests")
+    s.add_argument("chapter")
+    s.add_argument("--student", default=None)
+    course_opt(s)
+    s.set_defaults(func=_cmd_feedback)
+
+    s = sub.add_parser("grades", help="scores per student, chapter and exercise")
+    s.add_argument("--csv", default=None, help="also write them to this CSV file")
+    course_opt(s)
+    s.set_defaults(func=_cmd_grades)
+
+    s = sub.add_parser("check", help="run my notebook and show what passes")
+    s.add_argument("chapter")
+    s.add_argument("notebook", nargs="?", default=None)
+    s.add_argument("--timeout", type=int, default=120, help="seconds per cell")
+    s.set_defaults(func=_cmd_check)
+
+    s = sub.add_parser("workspace", help="create/extend the learner's workspace; prints its path")
+    s.add_argument("--dir", default=None, help="default: workspace/ at the repository root")
+    s.set_defaults(func=_cmd_workspace)
+
+    s = sub.add_parser("sync-solutions", help="notebook solution cells := mini's references")
+    s.add_argument("--check", action="store_true", help="only compare; exit 1 on differences")
+    s.add_argument("--course-src", default=None)
+    s.set_defaults(func=_cmd_sync)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CourseError as e:
+        print(f"mini-course: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,789 @@
+"""The instructor's course directory and the learner's workspace, on top of nbgrader.
+
+An instructor course directory (``mini-course init DIR``) is nbgrader's standard layout::
+
+    DIR/nbgrader_config.py     course id, timeouts, our preprocessors (edit freely)
+    DIR/.mini-course.json      what mini-course needs to know (course id, where course/ is)
+    DIR/gradebook.db
+    DIR/source/03_strides/     the chapter's notebooks from course/03_strides/ plus the
+                               student copy of mini for chapter 3 (mini/, stubs for >= 3)
+    DIR/release/ submitted/ autograded/ feedback/
+    DIR/.mini-grader/          logs, archived re-imported submissions, re-check payloads
+
+nbgrader runs as a subprocess (``python -m nbgrader``) with the venv's ``bin`` on PATH
+(it shells out to ``alembic``) and the course directory as working directory, so the
+config in ``nbgrader_config.py`` applies to our commands and to nbgrader run by hand alike.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.util
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.solutions import strip_package
+
+__all__ = [
+    "CourseError", "repo_root", "default_course_src", "default_mini_src", "list_chapters",
+    "resolve_chapter", "chapter_number", "init_course", "release", "import_submissions",
+    "autograde", "feedback", "grades", "workspace", "run_nbgrader", "student_id_from_filename",
+    "hidden_slots_by_cell", "reconcile", "find_leaks", "course_config",
+]
+
+CHAPTER_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
+STUDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
+RUN_CHECK_RE = re.compile(r"""run_check\(\s*(["'])(\d\d\.[A-Za-z0-9_]+)\1""")
+STATE_DIR = ".mini-grader"
+COURSE_FILE = ".mini-course.json"
+# Copied from a submission into the grading folder never (besides nbgrader's defaults):
+# packages that would shadow the grader's own imports in the kernel.
+IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grader", "numpy",
+          "cloudpickle", "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR]
+
+
+class CourseError(Exception):
+    """A user-facing error: the CLI prints the message and exits 2."""
+
+
+# --------------------------------------------------------------------------- locations
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def default_course_src() -> Path:
+    """The folder holding the chapters ``NN_topic/`` (``$MINI_COURSE_SRC`` or repo/course)."""
+    env = os.environ.get("MINI_COURSE_SRC")
+    return Path(env).resolve() if env else repo_root() / "course"
+
+
+def default_mini_src() -> Path:
+    """The instructor's ``mini`` package folder (the installed one)."""
+    env = os.environ.get("MINI_PACKAGE_SRC")
+    if env:
+        return Path(env).resolve()
+    spec = importlib.util.find_spec("mini")
+    if spec is None or not spec.submodule_search_locations:
+        raise CourseError("mini is not installed: run `pip install -e .` in the repository")
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def list_chapters(course_src: Path) -> list[str]:
+    """Chapter folders (``NN_topic``) of ``course_src`` that contain a notebook."""
+    if not course_src.is_dir():
+        return []
+    return sorted(p.name for p in course_src.iterdir()
+                  if p.is_dir() and CHAPTER_RE.match(p.name) and any(p.glob("*.ipynb")))
+
+
+def chapter_number(chapter: str) -> int:
+    return int(chapter[:2])
+
+
+def resolve_chapter(arg: str | int, chapters: list[str]) -> str:
+    """``"03"``, ``"3"``, ``3`` or ``"03_strides"`` -> ``"03_strides"``."""
+    text = str(arg).strip().rstrip("/")
+    if text in chapters:
+        return text
+    if text.isdigit():
+        matches = [c for c in chapters if int(c[:2]) == int(text)]
+        if len(matches) == 1:
+            return matches[0]
+    known = ", ".join(chapters) or "none"
+    raise CourseError(f"unknown chapter {arg!r}; chapters: {known}")
+
+
+def course_config(course_dir: Path) -> dict:
+    p = course_dir / COURSE_FILE
+    if not p.exists():
+        raise CourseError(f"{course_dir} is not a mini-course directory (no {COURSE_FILE}); "
+                          f"create one with `mini-course init DIR`")
+    return json.loads(p.read_text())
+
+
+def _course_chapters(course_dir: Path) -> list[str]:
+    src = course_dir / "source"
+    return sorted(p.name for p in src.iterdir() if p.is_dir() and CHAPTER_RE.match(p.name)) \
+        if src.is_dir() else []
+
+
+def _timestamp() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+
+
+# --------------------------------------------------------------------------- nbgrader
+
+def _ensure_path() -> None:
+    """nbgrader shells out to ``alembic``: put this interpreter's bin folder on PATH.
+    Also answer nbgrader's ``alembic heads`` question in process (the subprocess it starts
+    for every new gradebook takes seconds), falling back to nbgrader's own way."""
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    import nbgrader.api as nb_api
+    if getattr(nb_api.get_alembic_version, "_mini_course", False):
+        return
+    original = nb_api.get_alembic_version
+    cache: list[str] = []
+
+    def get_alembic_version() -> str:
+        if not cache:
+            try:
+                from alembic.config import Config
+                from alembic.script import ScriptDirectory
+                from nbgrader.dbutil import _temp_alembic_ini
+                with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:
+                    cache.append(ScriptDirectory.from_config(Config(ini)).get_current_head())
+            except Exception:  # noqa: BLE001 - fall back to nbgrader's subprocess
+                cache.append(original())
+        return cache[0]
+
+    get_alembic_version._mini_course = True
+    nb_api.get_alembic_version = get_alembic_version
+
+
+def load_nbgrader_config(course_dir: Path):
+    from traitlets.config.loader import PyFileConfigLoader
+    return PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+
+
+def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
+                 student: str | None = None, *, config: dict | None = None,
+                 log_name: str | None = None) -> dict:
+    """Run one nbgrader step in this process through ``nbgrader.apps.NbGraderAPI``, with the
+    course's ``nbgrader_config.py`` (plus ``config``: ``{"Section.trait": value}``).
+    ``step``: ``generate_assignment``, ``autograde``, ``generate_feedback`` or ``db``
+    (create the gradebook).  Returns nbgrader's ``{"success", "log", "error"}``."""
+    _ensure_path()
+    import logging
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    cfg = load_nbgrader_config(course_dir)
+    for key, value in (config or {}).items():
+        section, trait = key.rsplit(".", 1)
+        setattr(cfg[section], trait, value)
+    coursedir = CourseDirectory(config=cfg, root=str(course_dir))
+    api = NbGraderAPI(coursedir=coursedir, config=cfg)
+    api.log.setLevel(logging.INFO)
+    if step == "generate_assignment":
+        result = api.generate_assignment(chapter, force=True, create=True)
+    elif step == "autograde":
+        result = api.autograde(chapter, student, force=True, create=True)
+    elif step == "generate_feedback":
+        result = api.generate_feedback(chapter, student_id=student, force=True)
+    elif step == "db":
+        from nbgrader.api import Gradebook
+        with Gradebook(coursedir.db_url, coursedir.course_id):
+            pass
+        result = {"success": True, "log": ""}
+    else:  # pragma: no cover
+        raise ValueError(step)
+    if log_name:
+        logs = course_dir / STATE_DIR / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{log_name}.log").write_text(
+            f"nbgrader {step} {chapter or ''} {student or ''}\n{result.get('log', '')}\n"
+            f"{result.get('error', '')}")
+    return result
+
+
+def _nbgrader_errors(result: dict) -> str:
+    text = result.get("log", "") + "\n" + result.get("error", "")
+    lines = [l for l in text.splitlines() if "[ERROR]" in l or "Error" in l]
+    return "\n".join(lines[-15:]) or text[-2000:]
+
+
+CONFIG_TEMPLATE = '''\
+"""nbgrader configuration of this mini course (written by `mini-course init`; edit freely).
+
+The same settings apply when you run nbgrader by hand (`nbgrader autograde 03_strides`),
+except the re-check of hidden tests, which only `mini-course autograde` does.
+"""
+c = get_config()  # noqa: F821
+
+c.CourseDirectory.course_id = {course_id!r}
+# Never copy these from a submission into the grading folder (they could shadow the grader).
+c.CourseDirectory.ignore = {ignore!r}
+
+# Per-cell time limit at autograde (seconds).  A cell that hangs or kills its kernel scores 0;
+# the kernel is restarted, the earlier cells are replayed and grading goes on.
+c.Execute.timeout = {cell_timeout}
+c.Execute.interrupt_on_timeout = True
+c.ResilientExecute.memory_limit = {kernel_memory!r}
+c.Autograde.autograde_preprocessors = [
+    "grader.preprocessors.ResilientExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Limits of each hidden check's sandboxed subprocess (grader.hidden.run_check), passed to
+# the grading kernel as MINI_GRADER_TIMEOUT / MINI_GRADER_MEMORY.
+c.ResilientExecute.check_timeout = {check_timeout}
+c.ResilientExecute.check_memory = {check_memory!r}
+
+# Feedback: hidden tests removed from cell sources AND outputs (tracebacks).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "grader.preprocessors.ScrubHiddenTests",
+]
+'''
+
+
+def _copy_chapter(course_src: Path, chapter: str, dest: Path, mini_src: Path) -> list[str]:
+    """``dest`` (must not exist) = course/<chapter> (notebooks, data) + the student mini."""
+    shutil.copytree(course_src / chapter, dest,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc",
+                                                  "mini", "grader", STATE_DIR))
+    return strip_package(mini_src, dest / "mini", chapter_number(chapter))
+
+
+def init_course(course_dir: str | Path, *, course_src: Path | None = None,
+                mini_src: Path | None = None, force: bool = False, course_id: str = "mini",
+                cell_timeout: int = 120, check_timeout: float = 60, check_memory: str = "4G",
+                kernel_memory: str = "6G", log=print) -> Path:
+    """Create an instructor course directory (see the module docstring).
+
+    Refuses a non-empty ``course_dir`` unless ``force``; with ``force`` the files it would
+    replace (``nbgrader_config.py``, ``source/<chapter>/``) are moved to
+    ``.mini-grader/backup/<timestamp>/`` first, and submissions, grades and feedback stay.
+    """
+    course_dir = Path(course_dir).resolve()
+    course_src = (course_src or default_course_src()).resolve()
+    mini_src = (mini_src or default_mini_src()).resolve()
+    chapters = list_chapters(course_src)
+    if not chapters:
+        raise CourseError(f"no chapters with notebooks in {course_src}")
+    if course_dir.exists() and not course_dir.is_dir():
+        raise CourseError(f"{course_dir} exists and is not a directory")
+    if course_dir.is_dir() and any(course_dir.iterdir()) and not force:
+        raise CourseError(f"{course_dir} is not empty; use --force to re-initialize it (files "
+                          f"that would be replaced are backed up, submissions and grades stay)")
+    if repo_root() in course_dir.parents or course_dir == repo_root():
+        log(f"warning: {course_dir} is inside the repository; a course directory holds "
+            f"student data and belongs outside it")
+    course_dir.mkdir(parents=True, exist_ok=True)
+    backup = course_dir / STATE_DIR / "backup" / _timestamp()
+
+    def keep(path: Path) -> None:
+        if path.exists():
+            target = backup / path.relative_to(course_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path), str(target))
+            log(f"backed up {path.relative_to(course_dir)} -> {target.relative_to(course_dir)}")
+
+    config_text = CONFIG_TEMPLATE.format(
+        course_id=course_id, ignore=IGNORE, cell_timeout=int(cell_timeout),
+        check_timeout=float(check_timeout), check_memory=str(check_memory),
+        kernel_memory=str(kernel_memory))
+    cfg = course_dir / "nbgrader_config.py"
+    if cfg.exists() and cfg.read_text() != config_text:
+        keep(cfg)
+    cfg.write_text(config_text)
+    (course_dir / COURSE_FILE).write_text(json.dumps(
+        {"course_id": course_id, "course_src": str(course_src), "mini_src": str(mini_src)},
+        indent=2) + "\n")
+    for sub in ("source", "release", "submitted", "autograded", "feedback"):
+        (course_dir / sub).mkdir(exist_ok=True)
+    for chapter in chapters:
+        dest = course_dir / "source" / chapter
+        keep(dest)
+        _copy_chapter(course_src, chapter, dest, mini_src)
+        log(f"source/{chapter}: {', '.join(p.name for p in sorted(dest.glob('*.ipynb')))} "
+            f"+ mini (chapter {chapter_number(chapter)} and later stubbed)")
+    # Create the gradebook (nbgrader runs alembic on first use).
+    result = run_nbgrader(course_dir, "db", log_name="init")
+    if not result["success"]:
+        raise CourseError("nbgrader could not create the gradebook:\n" + _nbgrader_errors(result))
+    log(f"course directory ready: {course_dir}")
+    return course_dir
+
+
+def _course_paths(course_dir: str | Path | None) -> Path:
+    course_dir = Path(course_dir or os.environ.get("MINI_COURSE_DIR") or os.getcwd()).resolve()
+    course_config(course_dir)
+    return course_dir
+
+
+def _chapter_in_course(course_dir: Path, arg: str) -> str:
+    chapters = sorted(set(_course_chapters(course_dir)))
+    try:
+        return resolve_chapter(arg, chapters)
+    except CourseError:
+        cfg = course_config(course_dir)
+        src = Path(cfg["course_src"])
+        return resolve_chapter(arg, list_chapters(src))
+
+
+def release(chapter_arg: str, course_dir: str | Path | None = None, log=print) -> Path:
+    """nbgrader generate_assignment for the chapter (solutions stripped, hidden tests
+    removed, the student mini alongside); returns ``release/<chapter>``.  A chapter added to
+    course/ after ``init`` is copied into source/ first.  Fails if the release leaks."""
+    course_dir = _course_paths(course_dir)
+    chapter = _chapter_in_course(course_dir, chapter_arg)
+    source = course_dir / "source" / chapter
+    if not source.exists():
+        cfg = course_config(course_dir)
+        _copy_chapter(Path(cfg["course_src"]), chapter, source, Path(cfg["mini_src"]))
+        log(f"copied {chapter} into source/")
+    result = run_nbgrader(course_dir, "generate_assignment", chapter, log_name=f"release-{chapter}")
+    if not result["success"]:
+        raise CourseError(f"nbgrader generate_assignment {chapter} failed:\n" + _nbgrader_errors(result))
+    out = course_dir / "release" / chapter
+    for junk in out.rglob("__pycache__"):
+        shutil.rmtree(junk, ignore_errors=True)
+    cfg = course_config(course_dir)
+    leaks = find_leaks(out, chapter_number(chapter), Path(cfg["mini_src"]), source)
+    if leaks:
+        raise CourseError(f"release/{chapter} would leak solutions or hidden tests:\n" +
+                          "\n".join(f"  {p}:{n}: {text}" for p, n, text in leaks[:20]))
+    log(f"released {chapter}: {out}")
+    return out
+
+
+# --------------------------------------------------------------------------- leaks
+
+def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
+               source_dir: Path | None = None) -> list[tuple[str, int, str]]:
+    """Lines of ``release_dir`` (notebooks and every other text file) that give away a
+    solution of chapter >= ``chapter`` or a hidden test.
+
+    A solution line is a stripped line of a reference region (or of a source notebook's
+    solution region) of a chapter >= ``chapter``, at least 10 characters long, that does not
+    also appear in what may legitimately ship (mini outside those regions; the source
+    notebook outside its solution and hidden-test regions).  Also flagged: the strings
+    ``BEGIN HIDDEN TESTS`` and ``run_check``.
+    """
+    import nbformat
+    from grader.solutions import BEGIN, END, _all_regions, notebook_regions
+
+    secret, allowed = set(), set()
+    for r in _all_regions(mini_src):
+        if int(r.slot_id[:2]) >= chapter:
+            secret.update(l.strip() for l in r.text.splitlines())
+    for p in mini_src.rglob("*.py"):
+        if "__pycache__" in p.parts:
+            continue
+        lines = p.read_text().splitlines()
+        inside = False
+        for line in lines:
+            s = line.strip()
+            if s == BEGIN:
+                inside = True
+            elif s == END:
+                inside = False
+            elif not inside:
+                allowed.add(s)
+    if source_dir is not None:
+        for nb_path in sorted(source_dir.glob("*.ipynb")):
+            for slot, text in notebook_regions(nb_path).items():
+                if int(slot[:2]) >= chapter:
+                    secret.update(l.strip() for l in text.splitlines())
+            nb = nbformat.read(str(nb_path), as_version=4)
+            for cell in nb.cells:
+                inside = False
+                for line in cell.source.splitlines():
+                    s = line.strip()
+                    if "BEGIN SOLUTION" in s or "BEGIN HIDDEN TESTS" in s:
+                        inside = True
+                    elif "END SOLUTION" in s or "END HIDDEN TESTS" in s:
+                        inside = False
+                    elif not inside:
+                        allowed.add(s)
+    secret = {s for s in secret - allowed if len(s) >= 10 and not s.startswith("#")}
+    leaks = []
+    for p in sorted(release_dir.rglob("*")):
+        if not p.is_file() or p.suffix in (".so", ".pyd", ".dll", ".dylib", ".png", ".jpg", ".gz"):
+            continue
+        try:
+            text = p.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if p.suffix == ".ipynb":
+            nb = nbformat.reads(text, as_version=4)
+            lines = [l for cell in nb.cells for l in cell.source.splitlines()]
+            for cell in nb.cells:
+                for o in cell.get("outputs", []):
+                    lines += json.dumps(o).split("\\n")
+        else:
+            lines = text.splitlines()
+        rel = str(p.relative_to(release_dir))
+        for n, line in enumerate(lines, 1):
+            s = line.strip()
+            if "BEGIN HIDDEN TESTS" in s or "run_check" in s or (s in secret):
+                leaks.append((rel, n, s))
+    return leaks
+
+
+# --------------------------------------------------------------------------- import
+
+def student_id_from_filename(filename: str, notebooks: list[str]) -> tuple[str, str]:
+    """``(student_id, notebook)`` from a submitted file name.
+
+    Rule: the file is ``<student>_<notebook>.ipynb`` (or ``<student>-<notebook>.ipynb``)
+    where ``<notebook>`` is one of the chapter's notebook names; for a chapter with one
+    notebook, ``<student>.ipynb`` is accepted too.  A student id is 1-64 characters of
+    letters, digits, ``_ . @ + -``, starting with a letter or digit.  Anything else (path
+    separators, spaces, ``..``) is rejected with ``ValueError``.
+    """
+    name = Path(filename).name
+    if not name.lower().endswith(".ipynb"):
+        raise ValueError(f"{filename}: not a notebook (.ipynb)")
+    stem = name[: -len(".ipynb")]
+    notebook = None
+    for nb in sorted(notebooks, key=len, reverse=True):
+        for sep in ("_", "-"):
+            if stem.lower().endswith(sep + nb.lower()) and len(stem) > len(nb) + 1:
+                notebook, stem = nb, stem[: -(len(nb) + 1)]
+                break
+        if notebook:
+            break
+    if notebook is None:
+        if len(notebooks) != 1:
+            raise ValueError(f"{filename}: name it <student>_<notebook>.ipynb with <notebook> one "
+                             f"of {', '.join(notebooks)}")
+        notebook = notebooks[0]
+    if not STUDENT_RE.match(stem) or ".." in stem:
+        raise ValueError(f"{filename}: {stem!r} is not a safe student id (letters, digits, "
+                         f"_ . @ + -, starting with a letter or digit, at most 64 characters)")
+    return stem, notebook
+
+
+@dataclass
+class ImportReport:
+    imported: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # old copy archived
+    rejected: list[str] = field(default_factory=list)
+
+
+def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Path | None = None,
+                       log=print) -> ImportReport:
+    """Place submitted notebooks (a folder or a .zip) in ``submitted/<student>/<chapter>/``.
+
+    An existing different submission is moved to
+    ``.mini-grader/archive/<student>/<chapter>/<timestamp>/`` first (and reported); an
+    identical one is left alone.  Files with unsafe or unrecognized names, and files that
+    are not valid notebooks, are rejected and listed; the rest are imported.
+    """
+    import nbformat
+
+    course_dir = _course_paths(course_dir)
+    chapter = _chapter_in_course(course_dir, chapter_arg)
+    notebooks = sorted(p.stem for p in (course_dir / "source" / chapter).glob("*.ipynb"))
+    if not notebooks:
+        raise CourseError(f"source/{chapter} has no notebooks")
+    path = Path(path)
+    entries: list[tuple[str, bytes, _dt.datetime | None]] = []
+    if path.is_dir():
+        for p in sorted(path.rglob("*")):
+            if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__MACOSX" not in p.parts:
+                entries.append((p.name, p.read_bytes() if p.suffix == ".ipynb" else b"",
+                                _dt.datetime.fromtimestamp(p.stat().st_mtime)))
+    elif path.is_file() and zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                parts = info.filename.replace("\\", "/").split("/")
+                if info.is_dir() or "__MACOSX" in parts or ".ipynb_checkpoints" in parts:
+                    continue
+                data = z.read(info) if parts[-1].lower().endswith(".ipynb") else b""
+                entries.append((parts[-1], data, _dt.datetime(*info.date_time)))
+    else:
+        raise CourseError(f"{path} is neither a folder nor a .zip file")
+    report = ImportReport()
+    seen: dict[tuple[str, str], str] = {}
+    now = _dt.datetime.now()
+    for name, data, when in entries:
+        if not name.lower().endswith(".ipynb"):
+            if not name.startswith("."):
+                report.rejected.append(f"{name}: not a notebook, skipped")
+            continue
+        try:
+            student, notebook = student_id_from_filename(name, notebooks)
+        except ValueError as e:
+            report.rejected.append(str(e))
+            continue
+        if (student, notebook) in seen:
+            report.rejected.append(f"{name}: a second file for {student}/{notebook} "
+                                   f"(first: {seen[student, notebook]}); skipped")
+            continue
+        try:
+            nbformat.reads(data.decode("utf-8"), as_version=4)
+        except Exception as e:  # noqa: BLE001
+            report.rejected.append(f"{name}: not a valid notebook ({type(e).__name__}); skipped")
+            continue
+        seen[student, notebook] = name
+        dest_dir = course_dir / "submitted" / student / chapter
+        dest = dest_dir / f"{notebook}.ipynb"
+        label = f"{student}/{chapter}/{notebook}.ipynb"
+        if dest.exists():
+            if dest.read_bytes() == data:
+                report.unchanged.append(label)
+                continue
+            archive = course_dir / STATE_DIR / "archive" / student / chapter / _timestamp()
+            archive.mkdir(parents=True)
+            for old in dest_dir.iterdir():
+                shutil.copy2(old, archive / old.name) if old.is_file() else None
+            dest.unlink()
+            report.replaced.append(f"{label} (previous version kept in "
+                                   f"{archive.relative_to(course_dir)})")
+        else:
+            report.imported.append(label)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".ipynb.part")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+        stamp = (when if when and when <= now else now)
+        (dest_dir / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f"))
+    for title, items in (("imported", report.imported), ("replaced", report.replaced),
+                         ("unchanged", report.unchanged), ("rejected", report.rejected)):
+        for item in items:
+            log(f"{title}: {item}")
+    log(f"{len(report.imported)} imported, {len(report.replaced)} replaced, "
+        f"{len(report.unchanged)} unchanged, {len(report.rejected)} rejected")
+    return report
+
+
+# --------------------------------------------------------------------------- autograde
+
+def hidden_slots_by_cell(nb_path: Path) -> dict[str, list[str]]:
+    """``{grade_id: [slot ids]}`` for the autograded test cells whose hidden-test region
+    calls ``run_check("NN.name", ...)``."""
+    import nbformat
+    from grader.preprocessors import hidden_lines
+
+    nb = nbformat.read(str(nb_path), as_version=4)
+    out: dict[str, list[str]] = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        slots = [m.group(2) for line in hidden_lines(cell.source) for m in RUN_CHECK_RE.finditer(line)]
+        if slots:
+            out[meta["grade_id"]] = slots
+    return out
+
+
+def _gradebook(course_dir: Path):
+    from nbgrader.api import Gradebook
+    cfg = course_config(course_dir)
+    return Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}", course_id=cfg["course_id"])
+
+
+def reconcile(course_dir: Path, chapter: str, student: str, payload_dir: Path,
+              log=print) -> list[dict]:
+    """After nbgrader graded ``student``'s chapter: re-run every hidden check from this
+    process on the function the kernel handed to ``run_check`` (saved in ``payload_dir``),
+    and give 0 to each hidden-test cell whose checks did not all pass here, or whose
+    ``run_check`` never ran (e.g. the student replaced it in the kernel).  Returns one
+    record per hidden-test cell."""
+    import nbformat
+    from grader.checks import Verdict
+    from grader.sandbox import run_payload
+
+    records = []
+    source = course_dir / "source" / chapter
+    with _gradebook(course_dir) as gb:
+        for nb_path in sorted(source.glob("*.ipynb")):
+            notebook = nb_path.stem
+            autograded = course_dir / "autograded" / student / chapter / nb_path.name
+            changed_cells: dict[str, list[Verdict]] = {}
+            cells = hidden_slots_by_cell(nb_path)
+            all_slots = sorted({s for slots in cells.values() for s in slots})
+
+            def recheck(slot: str) -> Verdict:
+                payload = payload_dir / f"{slot}.pkl"
+                if not payload.exists():
+                    return Verdict(slot, False, f"{slot}: the hidden test did not run (no "
+                                   f"record from the grader's check)", 0.0)
+                return run_payload(slot, payload.read_bytes())
+
+            with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+                by_slot = dict(zip(all_slots, pool.map(recheck, all_slots)))
+            for grade_id, slots in cells.items():
+                verdicts = [by_slot[s] for s in slots]
+                try:
+                    grade = gb.find_grade(grade_id, notebook, chapter, student)
+                except Exception:  # noqa: BLE001 - notebook not submitted / not graded
+                    continue
+                ok = all(v.passed for v in verdicts)
+                before = grade.auto_score
+                if not ok and (before or 0) > 0:
+                    grade.auto_score = 0.0
+                    gb.db.commit()
+                    changed_cells[grade_id] = [v for v in verdicts if not v.passed]
+                    log(f"{student}/{chapter}/{notebook}: {grade_id} passed in the kernel but its "
+                        f"hidden check failed on re-check: score {before} -> 0")
+                records.append({"student": student, "chapter": chapter, "notebook": notebook,
+                                "grade_id": grade_id, "passed": ok, "kernel_score": before,
+                                "messages": [v.message for v in verdicts if not v.passed]})
+            if changed_cells and autograded.exists():
+                nb = nbformat.read(str(autograded), as_version=4)
+                for cell in nb.cells:
+                    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                    if gid in changed_cells:
+                        msg = "; ".join(v.message for v in changed_cells[gid])
+                        cell.setdefault("outputs", []).append(nbformat.v4.new_output(
+                            "error", ename="HiddenTestFailed", evalue=msg,
+                            traceback=[f"HiddenTestFailed: {msg}"]))
+                nbformat.write(nb, str(autograded))
+    return records
+
+
+def _submitted_students(course_dir: Path, chapter: str) -> list[str]:
+    sub = course_dir / "submitted"
+    return sorted(p.name for p in sub.iterdir() if (p / chapter).is_dir()) if sub.is_dir() else []
+
+
+def _total_scores(course_dir: Path, chapter: str, students: list[str]) -> dict[str, tuple[float, float]]:
+    out = {}
+    with _gradebook(course_dir) as gb:
+        for s in students:
+            try:
+                sub = gb.find_submission(chapter, s)
+                out[s] = (float(sub.score), float(sub.max_score))
+            except Exception:  # noqa: BLE001
+                out[s] = (float("nan"), float("nan"))
+    return out
+
+
+def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: str | None = None,
+              recheck: bool = True, log=print) -> dict[str, tuple[float, float]]:
+    """Autograde every submission of the chapter (or one ``student``), one nbgrader run per
+    student so one bad submission cannot stop the others; then re-check hidden tests from
+    outside the kernel (``recheck``).  Returns ``{student: (score, max_score)}``."""
+    course_dir = _course_paths(course_dir)
+    chapter = _chapter_in_course(course_dir, chapter_arg)
+    students = [student] if student else _submitted_students(course_dir, chapter)
+    if student and not (course_dir / "submitted" / student / chapter).is_dir():
+        raise CourseError(f"no submission of {chapter} by {student!r} in submitted/")
+    if not students:
+        raise CourseError(f"no submissions of {chapter} in submitted/ (use `mini-course import`)")
+    failures = []
+    for s in students:
+        if not STUDENT_RE.match(s):
+            failures.append(f"{s}: unsafe student id, skipped")
+            continue
+        payload_dir = course_dir / STATE_DIR / "checks" / chapter / f"{s}-{secrets.token_hex(8)}"
+        payload_dir.mkdir(parents=True)
+        try:
+            result = run_nbgrader(
+                course_dir, "autograde", chapter, s, log_name=f"autograde-{chapter}-{s}",
+                config={"ResilientExecute.submission_dir": str(payload_dir) if recheck else ""})
+            if not result["success"]:
+                failures.append(f"{s}: nbgrader reported errors (see "
+                                f"{STATE_DIR}/logs/autograde-{chapter}-{s}.log):\n"
+                                + _nbgrader_errors(result))
+            if recheck and (course_dir / "autograded" / s / chapter).is_dir():
+                reconcile(course_dir, chapter, s, payload_dir, log=log)
+        finally:
+            shutil.rmtree(payload_dir, ignore_errors=True)
+    scores = _total_scores(course_dir, chapter, students)
+    for s in students:
+        score, mx = scores.get(s, (float("nan"), float("nan")))
+        log(f"{s}: {score:g} / {mx:g}")
+    for f in failures:
+        log(f"warning: {f}")
+    return scores
+
+
+# --------------------------------------------------------------------------- feedback, grades
+
+def feedback(chapter_arg: str, course_dir: str | Path | None = None,
+             student: str | None = None, log=print) -> Path:
+    """nbgrader generate_feedback with hidden tests scrubbed from sources and outputs."""
+    course_dir = _course_paths(course_dir)
+    chapter = _chapter_in_course(course_dir, chapter_arg)
+    result = run_nbgrader(course_dir, "generate_feedback", chapter, student,
+                          log_name=f"feedback-{chapter}")
+    if not result["success"]:
+        raise CourseError(f"nbgrader generate_feedback {chapter} failed:\n" + _nbgrader_errors(result))
+    out = course_dir / "feedback"
+    log(f"feedback written under {out}/<student>/{chapter}/")
+    return out
+
+
+def grades(course_dir: str | Path | None = None) -> list[dict]:
+    """One row per student, chapter, notebook and graded cell (grade id): score, max."""
+    course_dir = _course_paths(course_dir)
+    from nbgrader.api import MissingEntry
+
+    rows = []
+    with _gradebook(course_dir) as gb:
+        for assignment in sorted(gb.assignments, key=lambda a: a.name):
+            for st in sorted(gb.students, key=lambda s: s.id):
+                try:
+                    sub = gb.find_submission(assignment.name, st.id)
+                except MissingEntry:
+                    continue
+                for nb in sorted(sub.notebooks, key=lambda n: n.name):
+                    for g in sorted(nb.grades, key=lambda g: g.name):
+                        if not g.max_score:
+                            continue
+                        rows.append({"student": st.id, "chapter": assignment.name,
+                                     "notebook": nb.name, "grade_id": g.name,
+                                     "score": float(g.score), "max_score": float(g.max_score)})
+    return rows
+
+
+# --------------------------------------------------------------------------- workspace
+
+def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = None,
+              mini_src: Path | None = None, log=print) -> Path:
+    """Create or extend the learner's workspace: for each chapter of course/ with a
+    notebook, the student version (as released: solutions stripped, hidden tests removed,
+    the chapter's student mini inside).  Never overwrites anything: a chapter folder that
+    exists only gains notebooks it lacks; the rest of it is left alone."""
+    ws = Path(ws_dir or os.environ.get("MINI_WORKSPACE") or repo_root() / "workspace").resolve()
+    course_src = (course_src or default_course_src()).resolve()
+    mini_src = (mini_src or default_mini_src()).resolve()
+    chapters = list_chapters(course_src)
+    ws.mkdir(parents=True, exist_ok=True)
+    gi = ws / ".gitignore"
+    if not gi.exists():
+        gi.write_text("# the learner's own work: never committed\n*\n")
+    todo = []
+    for ch in chapters:
+        dest = ws / ch
+        if not dest.exists():
+            todo.append(ch)
+        else:
+            missing = [p.name for p in (course_src / ch).glob("*.ipynb") if not (dest / p.name).exists()]
+            if missing:
+                todo.append(ch)
+    if todo:
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="mini-workspace-") as tmp:
+            tmp_course = Path(tmp) / "course"
+            tmp_src = Path(tmp) / "src"
+            tmp_src.mkdir()
+            for ch in todo:
+                shutil.copytree(course_src / ch, tmp_src / ch,
+                                ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+            init_course(tmp_course, course_src=tmp_src, mini_src=mini_src, log=lambda *_: None)
+            for ch in todo:
+                rel = release(ch, tmp_course, log=lambda *_: None)
+                dest = ws / ch
+                if not dest.exists():
+                    shutil.copytree(rel, dest)
+                    log(f"created {dest}")
+                else:
+                    for nb in sorted(rel.glob("*.ipynb")):
+                        if not (dest / nb.name).exists():
+                            shutil.copy2(nb, dest / nb.name)
+                            log(f"added {dest / nb.name}")
+    log(str(ws))
+    return ws

@@ -1,0 +1,351 @@
+"""Typical wrong implementations of the chapter 02 exercises (automatic differentiation).
+
+Each entry is a plausible student answer; the chapter's checks must fail it with a message
+that contains ``expect_message`` (the words that name the mistake).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from grader.mistakes import Mistake
+
+
+# --------------------------------------------------------------------------- engine
+
+def _propagate_overwrite(order, grads, run_node, retain_graph):
+    """Assigns the gradient of each edge: a tensor used twice keeps only the last one."""
+    for node in order:
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        outs = run_node(node, grad)
+        if not retain_graph:
+            node.release()
+        for (child, _), g in zip(node.next_functions, outs):
+            if child is not None and g is not None:
+                grads[id(child)] = g
+
+
+def _propagate_inplace(order, grads, run_node, retain_graph):
+    """Accumulates with +=, which writes into a gradient object another edge also holds."""
+    for node in order:
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        outs = run_node(node, grad)
+        if not retain_graph:
+            node.release()
+        for (child, _), g in zip(node.next_functions, outs):
+            if child is None or g is None:
+                continue
+            if id(child) in grads:
+                grads[id(child)] += g
+            else:
+                grads[id(child)] = g
+
+
+def _propagate_no_release(order, grads, run_node, retain_graph):
+    """Right gradients, but the saved tensors of every node stay alive."""
+    for node in order:
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        outs = run_node(node, grad)
+        for (child, _), g in zip(node.next_functions, outs):
+            if child is not None and g is not None:
+                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+
+
+def _propagate_ignores_retain(order, grads, run_node, retain_graph):
+    """Releases every node, even when the caller asked to keep the graph."""
+    for node in order:
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        outs = run_node(node, grad)
+        node.release()
+        for (child, _), g in zip(node.next_functions, outs):
+            if child is not None and g is not None:
+                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+
+
+def _toposort_recursive(roots):
+    """Textbook recursive DFS: right order, but one Python frame per node."""
+    order, seen = [], set()
+
+    def visit(node):
+        if node is None or id(node) in seen:
+            return
+        seen.add(id(node))
+        for child, _ in node.next_functions:
+            visit(child)
+        order.append(node)
+
+    for r in roots:
+        visit(r)
+    return order[::-1]
+
+
+def _toposort_bfs(roots):
+    """Breadth-first listing: a node reached early by a short path comes before the long
+    path's nodes that still send it gradients."""
+    order, seen = [], set()
+    queue = deque(r for r in roots if r is not None)
+    for r in queue:
+        seen.add(id(r))
+    while queue:
+        node = queue.popleft()
+        order.append(node)
+        for child, _ in node.next_functions:
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                queue.append(child)
+    return order
+
+
+def _toposort_not_reversed(roots):
+    """Iterative post-order, but returned leaves first."""
+    order, seen = [], set()
+    for root in roots:
+        if root is None or id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, iter(root.next_functions))]
+        while stack:
+            node, children = stack[-1]
+            for child, _ in children:
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.next_functions)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def _seed_zeros(output, gradient):
+    from mini.ops.creation import zeros_like
+    if gradient is None:
+        if output.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return zeros_like(output)
+    return gradient
+
+
+def _seed_any_shape(output, gradient):
+    """No error for a non-scalar output: backward of a vector silently sums it."""
+    from mini.ops.creation import ones_like
+    return ones_like(output) if gradient is None else gradient
+
+
+def _accumulate_overwrite(leaf, grad):
+    leaf.grad = grad
+
+
+# --------------------------------------------------------------------------- VJPs
+
+def _mul_vjp_swapped(grad, a, b):
+    return grad * a, grad * b
+
+
+def _div_vjp_sign(grad, a, b):
+    return grad / b, grad * a / (b * b)
+
+
+def _pow_vjp_no_factor(grad, a, exponent):
+    return grad * a ** (exponent - 1)
+
+
+def _exp_vjp_twice(grad, out):
+    return grad * out.exp()
+
+
+def _relu_vjp_ge(grad, a):
+    return grad * (a >= 0).to(dtype=grad.dtype)
+
+
+def _sum_to_not_summed(grad, shape):
+    return grad
+
+
+def _sum_to_trailing(grad, shape):
+    """Sums the trailing axes: forgets that broadcasting aligns shapes at the right."""
+    shape = tuple(shape)
+    extra = grad.ndim - len(shape)
+    out = grad.sum(axis=tuple(range(len(shape), grad.ndim))) if extra > 0 else grad
+    return out
+
+
+def _sum_to_leading_only(grad, shape):
+    """Sums the new leading axes, but not the axes that had length 1."""
+    extra = grad.ndim - len(tuple(shape))
+    return grad.sum(axis=tuple(range(extra))) if extra > 0 else grad
+
+
+def _sum_vjp_not_broadcast(grad, input_shape, axes, keepdim):
+    return grad
+
+
+def _sum_vjp_wrong_axis(grad, input_shape, axes, keepdim):
+    """expand without putting the reduced axes back first: numpy aligns at the right."""
+    return grad.expand(input_shape)
+
+
+def _mean_vjp_unscaled(grad, input_shape, axes, keepdim):
+    from mini.ops.reduction import _keepdim_shape
+    if not keepdim:
+        grad = grad.reshape(_keepdim_shape(input_shape, axes))
+    return grad.expand(input_shape)
+
+
+def _permute_vjp_same(grad, axes):
+    return grad.permute(tuple(axes))
+
+
+def _matmul_vjp_no_transpose(grad, a, b):
+    """Transposes the wrong operand: grad @ b needs bᵀ, aᵀ @ grad needs aᵀ."""
+    return grad @ b, a @ grad
+
+
+def _matmul_vjp_dot_T(grad, a, b):
+    """.T reverses every axis: right for matrices, wrong for a batch."""
+    return grad @ b.T, a.T @ grad
+
+
+# --------------------------------------------------------------------------- forward mode, gradcheck
+
+def _mul_jvp_tangents_only(a, b, tangent_a, tangent_b):
+    if tangent_a is None:
+        return a * tangent_b
+    if tangent_b is None:
+        return tangent_a * b
+    return tangent_a * tangent_b
+
+
+def _mul_jvp_one_term(a, b, tangent_a, tangent_b):
+    if tangent_a is None:
+        return a * tangent_b
+    return tangent_a * b
+
+
+def _central_difference_one_sided(f, x, eps=1e-6):
+    x = np.array(x, dtype=np.float64)
+    fx = np.asarray(f(x), dtype=np.float64)
+    rows = []
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = eps
+        rows.append((np.asarray(f(x + step), dtype=np.float64) - fx) / eps)
+    return np.array(rows, dtype=np.float64).reshape(x.size, fx.size)
+
+
+def _central_difference_float32(f, x, eps=1e-6):
+    x = np.array(x, dtype=np.float32)
+    rows = []
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = eps
+        rows.append((np.asarray(f(x + step)) - np.asarray(f(x - step))) / (2 * eps))
+    return np.array(rows, dtype=np.float64).reshape(x.size, -1)
+
+
+# --------------------------------------------------------------------------- custom Function
+
+def _multiply_add_attributes():
+    from mini.autograd import Function
+
+    class MultiplyAdd(Function):
+        """Keeps x and y as ctx attributes: no version check, never freed."""
+
+        @staticmethod
+        def forward(ctx, x, y, z):
+            ctx.x, ctx.y = x, y
+            return x * y + z
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.y, grad * ctx.x, grad
+
+    return MultiplyAdd
+
+
+def _multiply_add_swapped():
+    from mini.autograd import Function
+
+    class MultiplyAdd(Function):
+        @staticmethod
+        def forward(ctx, x, y, z):
+            ctx.save_for_backward(x, y)
+            return x * y + z
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, y = ctx.saved_tensors
+            return grad * x, grad * y, grad
+
+    return MultiplyAdd
+
+
+MISTAKES = [
+    Mistake("02.backward", "gradient overwritten instead of accumulated for a reused tensor",
+            _propagate_overwrite, expect_message="overwritten instead of accumulated"),
+    Mistake("02.backward", "in-place += into a gradient that another edge shares",
+            _propagate_inplace, expect_message="in place"),
+    Mistake("02.backward", "saved tensors never released", _propagate_no_release,
+            expect_message="saved tensors never released"),
+    Mistake("02.backward", "releases the graph even with retain_graph=True",
+            _propagate_ignores_retain, expect_message="retain_graph=True"),
+    Mistake("02.toposort", "recursive depth-first search (RecursionError on a 10,000-op chain)",
+            _toposort_recursive, expect_message="RecursionError"),
+    Mistake("02.toposort", "breadth-first order", _toposort_bfs,
+            expect_message="wrong topological order"),
+    Mistake("02.toposort", "post-order returned leaves first", _toposort_not_reversed,
+            expect_message="the order is reversed"),
+    Mistake("02.seed_gradient", "seed of zeros", _seed_zeros, expect_message="seed of zeros"),
+    Mistake("02.seed_gradient", "no error for a non-scalar output without a gradient",
+            _seed_any_shape, expect_message="only a scalar"),
+    Mistake("02.accumulate_grad", ".grad overwritten across backward calls", _accumulate_overwrite,
+            expect_message="gradients accumulate"),
+    Mistake("02.unbroadcast", "broadcast gradient not summed", _sum_to_not_summed,
+            expect_message="did you sum over the broadcast axis?"),
+    Mistake("02.unbroadcast", "summed over the trailing instead of the leading axes",
+            _sum_to_trailing, expect_message="wrong axes"),
+    Mistake("02.unbroadcast", "size-1 axes not summed", _sum_to_leading_only,
+            expect_message="length 1"),
+    Mistake("02.matmul_vjp", "matmul gradient transposed wrongly", _matmul_vjp_no_transpose,
+            expect_message="transpose"),
+    Mistake("02.matmul_vjp", ".T on batched operands", _matmul_vjp_dot_T,
+            expect_message="reverses EVERY axis"),
+    Mistake("02.sum_vjp", "sum gradient not broadcast back", _sum_vjp_not_broadcast,
+            expect_message="broadcast grad back"),
+    Mistake("02.sum_vjp", "sum gradient broadcast along the wrong axis", _sum_vjp_wrong_axis,
+            expect_message="wrong axis"),
+    Mistake("02.mean_vjp", "mean gradient not scaled by 1/n", _mean_vjp_unscaled,
+            expect_message="scale by 1/n"),
+    Mistake("02.relu_vjp", "relu gradient passes at 0 (a >= 0)", _relu_vjp_ge,
+            expect_message="at a == 0 the gradient must be 0"),
+    Mistake("02.mul_vjp", "each gradient multiplied by its own factor", _mul_vjp_swapped,
+            expect_message="OTHER factor"),
+    Mistake("02.div_vjp", "sign of b's gradient", _div_vjp_sign, expect_message="sign of grad_b"),
+    Mistake("02.pow_vjp", "exponent factor dropped", _pow_vjp_no_factor,
+            expect_message="dropped the factor p"),
+    Mistake("02.exp_vjp", "exp applied to the saved output again", _exp_vjp_twice,
+            expect_message="already exp(a)"),
+    Mistake("02.permute_vjp", "same permutation instead of its inverse", _permute_vjp_same,
+            expect_message="INVERSE permutation"),
+    Mistake("02.mul_jvp", "product rule: tangent times tangent", _mul_jvp_tangents_only,
+            expect_message="product rule"),
+    Mistake("02.mul_jvp", "product rule: one term missing", _mul_jvp_one_term,
+            expect_message="two terms"),
+    Mistake("02.central_difference", "one-sided differences", _central_difference_one_sided,
+            expect_message="one-sided difference"),
+    Mistake("02.central_difference", "differences in float32", _central_difference_float32,
+            expect_message="float32"),
+    Mistake("02.multiply_add", "inputs kept as ctx attributes instead of save_for_backward",
+            _multiply_add_attributes(), expect_message="ctx.save_for_backward"),
+    Mistake("02.multiply_add", "gradients of x and y swapped", _multiply_add_swapped(),
+            expect_message="the other factor"),
+]

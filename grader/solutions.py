@@ -1,0 +1,311 @@
+"""Solution regions: in mini's references, in the course notebooks, and the student copy of mini.
+
+A solution region is the block of lines between ``### BEGIN SOLUTION`` and
+``### END SOLUTION`` (the markers nbgrader uses):
+
+- in mini, inside a function decorated ``@exercise("NN.name")``: the reference;
+- in a notebook, inside the code cell that contains ``@implement("NN.name")``: the
+  instructor's solution, which must be the same code (``mini-course sync-solutions``
+  rewrites the notebooks from mini; ``--check`` only compares).
+
+:func:`strip_package` makes the student copy of mini for a release of chapter N: regions
+of chapter N become ``raise ExerciseNotImplemented("NN.name")``, regions of later chapters
+``raise ExerciseNotImplemented("NN.name", future=True)``, earlier chapters keep their
+references (catch-up references).
+"""
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "BEGIN", "END", "Region", "scan_file", "scan_source", "reference_regions", "notebook_regions",
+    "strip_package", "strip_source", "sync_notebook", "region_lines", "normalize",
+]
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+_IMPLEMENT = re.compile(r"""@\s*(?:[\w.]+\.)?implement\(\s*(["'])(\d\d\.[A-Za-z0-9_]+)\1""")
+_SLOT = re.compile(r"^\d\d\.[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A solution region in a Python file: ``begin``/``end`` are the 0-based line indexes
+    of the marker lines, ``indent`` the marker's indentation."""
+    slot_id: str
+    path: Path
+    begin: int
+    end: int
+    indent: str
+    text: str  # dedented lines between the markers
+
+
+def normalize(text: str) -> str:
+    """Compare regions modulo indentation and trailing whitespace."""
+    lines = [line.rstrip() for line in textwrap.dedent(text).splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def _slot_of_decorator(dec: ast.expr) -> str | None:
+    if not isinstance(dec, ast.Call):
+        return None
+    f = dec.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    if name != "exercise" or not dec.args:
+        return None
+    a = dec.args[0]
+    if isinstance(a, ast.Constant) and isinstance(a.value, str):
+        return a.value
+    return None
+
+
+def _markers(lines: list[str], lo: int, hi: int, where: str) -> list[tuple[int, int]]:
+    """Pairs of (begin, end) marker line indexes within lines[lo:hi]."""
+    pairs, begin = [], None
+    for i in range(lo, hi):
+        s = lines[i].strip()
+        if s == BEGIN:
+            if begin is not None:
+                raise ValueError(f"{where}: nested {BEGIN} at line {i + 1}")
+            begin = i
+        elif s == END:
+            if begin is None:
+                raise ValueError(f"{where}: {END} without {BEGIN} at line {i + 1}")
+            pairs.append((begin, i))
+            begin = None
+    if begin is not None:
+        raise ValueError(f"{where}: {BEGIN} at line {begin + 1} is never closed")
+    return pairs
+
+
+def region_lines(lines: list[str], begin: int, end: int) -> str:
+    return textwrap.dedent("".join(lines[begin + 1:end]))
+
+
+def scan_file(path: str | Path) -> list[Region]:
+    """The solution regions of the ``@exercise`` functions in one Python file."""
+    return scan_source(Path(path).read_text(), Path(path))
+
+
+def scan_source(source: str, path: Path) -> list[Region]:
+    """:func:`scan_file` on source text (``path`` is used in messages and results)."""
+    if "exercise" not in source:
+        return []
+    tree = ast.parse(source, filename=str(path))
+    lines = source.splitlines(keepends=True)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        slots = [s for s in map(_slot_of_decorator, node.decorator_list) if s]
+        if not slots:
+            continue
+        slot_id = slots[0]
+        where = f"{path}: {node.name} (@exercise({slot_id!r}))"
+        hi = node.end_lineno  # the AST extent stops at the last statement: take trailing comments
+        while hi < len(lines) and (not lines[hi].strip() or lines[hi].lstrip().startswith("#")):
+            hi += 1
+        pairs = _markers(lines, node.lineno - 1, hi, where)
+        if not pairs:  # a stub (e.g. in a student copy): no reference here
+            continue
+        if len(pairs) != 1:
+            raise ValueError(f"{where}: expected one {BEGIN}/{END} region, found {len(pairs)}")
+        b, e = pairs[0]
+        indent = lines[b][: len(lines[b]) - len(lines[b].lstrip())]
+        out.append(Region(slot_id, path, b, e, indent, region_lines(lines, b, e)))
+    return sorted(out, key=lambda r: r.begin)
+
+
+def _python_files(package_dir: Path):
+    for p in sorted(package_dir.rglob("*.py")):
+        if "__pycache__" not in p.parts:
+            yield p
+
+
+def _all_regions(package_dir: str | Path) -> list[Region]:
+    regions, seen = [], {}
+    for p in _python_files(Path(package_dir)):
+        for r in scan_file(p):
+            if r.slot_id in seen:
+                raise ValueError(f"exercise {r.slot_id} has two references: {seen[r.slot_id]} and {p}")
+            seen[r.slot_id] = p
+            regions.append(r)
+    return regions
+
+
+def reference_regions(package_dir: str | Path) -> dict[str, tuple[Path, str]]:
+    """``{slot_id: (path, dedented region text)}`` for every ``@exercise`` function in
+    ``package_dir/**/*.py`` (``package_dir`` is the ``mini`` folder)."""
+    return {r.slot_id: (r.path, r.text) for r in sorted(_all_regions(package_dir), key=lambda r: r.slot_id)}
+
+
+# --------------------------------------------------------------------------- notebooks
+
+def _cell_regions(source: str, where: str) -> list[tuple[str, int, int, str]]:
+    """[(slot_id, begin, end, indent)] for the @implement functions of one cell's source."""
+    lines = source.splitlines(keepends=True)
+    slots = [(i, m.group(2)) for i, line in enumerate(lines)
+             for m in [_IMPLEMENT.search(line)] if m and not line.lstrip().startswith("#")]
+    if not slots:
+        return []
+    pairs = _markers(lines, 0, len(lines), where)
+    out = []
+    for k, (line_no, slot_id) in enumerate(slots):
+        nxt = slots[k + 1][0] if k + 1 < len(slots) else len(lines)
+        mine = [(b, e) for b, e in pairs if line_no < b < nxt]
+        if len(mine) != 1:
+            raise ValueError(f"{where}: @implement({slot_id!r}) needs exactly one "
+                             f"{BEGIN}/{END} region after it, found {len(mine)}")
+        b, e = mine[0]
+        out.append((slot_id, b, e, lines[b][: len(lines[b]) - len(lines[b].lstrip())]))
+    return out
+
+
+def notebook_regions(nb_path: str | Path) -> dict[str, str]:
+    """``{slot_id: dedented region text}`` for each code cell with ``@implement("NN.name")``."""
+    import nbformat
+
+    nb = nbformat.read(str(nb_path), as_version=4)
+    out: dict[str, str] = {}
+    for idx, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        where = f"{nb_path}: cell {idx}"
+        lines = cell.source.splitlines(keepends=True)
+        for slot_id, b, e, _ in _cell_regions(cell.source, where):
+            if slot_id in out:
+                raise ValueError(f"{nb_path}: two cells implement {slot_id}")
+            out[slot_id] = region_lines(lines, b, e)
+    return out
+
+
+def _reindent(text: str, indent: str) -> list[str]:
+    out = []
+    for line in normalize(text).splitlines():
+        out.append((indent + line if line.strip() else "") + "\n")
+    return out
+
+
+def sync_notebook(nb_path: str | Path, references: dict[str, tuple[Path, str]],
+                  write: bool = True) -> list[str]:
+    """Make each ``@implement`` cell's solution region equal to mini's reference.
+    Returns the slot ids that differed (unknown slots are reported as
+    ``"<slot>: no reference in mini"``); writes the notebook only when something changed
+    and ``write`` is true."""
+    import nbformat
+
+    nb = nbformat.read(str(nb_path), as_version=4)
+    changed: list[str] = []
+    for idx, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        lines = cell.source.splitlines(keepends=True)
+        regions = _cell_regions(cell.source, f"{nb_path}: cell {idx}")
+        for slot_id, b, e, indent in reversed(regions):
+            if slot_id not in references:
+                changed.append(f"{slot_id}: no reference in mini")
+                continue
+            ref = references[slot_id][1]
+            if normalize(region_lines(lines, b, e)) == normalize(ref):
+                continue
+            changed.append(slot_id)
+            lines[b + 1:e] = _reindent(ref, indent)
+        new = "".join(lines)
+        if new != cell.source:
+            cell.source = new.rstrip("\n") if not cell.source.endswith("\n") else new
+    if changed and write:
+        nbformat.write(nb, str(nb_path))
+    return sorted(changed)
+
+
+# --------------------------------------------------------------------------- student copy
+
+def _stub(slot_id: str, indent: str, future: bool) -> str:
+    extra = ", future=True" if future else ""
+    return f'{indent}raise ExerciseNotImplemented("{slot_id}"{extra})\n'
+
+
+def _import_line_index(tree: ast.Module) -> int:
+    """0-based line index before which an import can go (after docstring and __future__)."""
+    body = tree.body
+    i = 0
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        i = 1
+    while i < len(body) and isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__":
+        i += 1
+    if i < len(body):
+        node = body[i]
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        return first - 1
+    return body[-1].end_lineno if body else 0
+
+
+def _binds_name(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+        elif isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return True
+    return False
+
+
+def strip_source(source: str, path: str, chapter: int) -> tuple[str, list[str]]:
+    """Replace the regions of chapters >= ``chapter`` in one module's source.
+    Returns the new source and the stubbed slot ids."""
+    tmp = Path(path)
+    lines = source.splitlines(keepends=True)
+    tree = ast.parse(source, filename=path)
+    regions = scan_source(source, tmp)
+    stubbed = []
+    for r in sorted(regions, key=lambda r: r.begin, reverse=True):
+        ch = int(r.slot_id[:2])
+        if ch < chapter:
+            continue
+        lines[r.begin:r.end + 1] = [_stub(r.slot_id, r.indent, future=ch > chapter)]
+        stubbed.append(r.slot_id)
+    if stubbed and not _binds_name(tree, "ExerciseNotImplemented"):
+        at = _import_line_index(tree)
+        lines.insert(at, "from mini.exercises import ExerciseNotImplemented\n")
+    return "".join(lines), sorted(stubbed)
+
+
+def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> list[str]:
+    """Copy the ``mini`` package at ``src_dir`` to ``dst_dir`` (which must not exist or be
+    empty), skipping ``__pycache__`` and ``*.pyc`` (built ``*.so``/``*.pyd`` extensions are
+    kept), with the solution regions of chapter ``chapter`` and later replaced by stubs, and
+    ``_release.py`` holding ``CHAPTER = chapter``.  Returns the stubbed slot ids."""
+    src, dst = Path(src_dir), Path(dst_dir)
+    if not (src / "__init__.py").exists():
+        raise FileNotFoundError(f"{src} is not a Python package (no __init__.py)")
+    if dst.exists() and any(dst.iterdir()):
+        raise FileExistsError(f"{dst} exists and is not empty")
+    shutil.copytree(src, dst, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "_release.py"))
+    stubbed: list[str] = []
+    for p in _python_files(dst):
+        source = p.read_text()
+        if BEGIN not in source:
+            continue
+        new, slots = strip_source(source, str(p), int(chapter))
+        if slots:
+            p.write_text(new)
+            stubbed += slots
+    (dst / "_release.py").write_text(
+        '"""Written by mini-course: the chapter this copy of mini was released for."""\n'
+        f"CHAPTER = {int(chapter)}\n")
+    return sorted(stubbed)
+
+
+def is_slot_id(text: str) -> bool:
+    return bool(_SLOT.match(text))

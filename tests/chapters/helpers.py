@@ -1,0 +1,129 @@
+"""The one helper every chapter's end-to-end test uses (no copy per chapter).
+
+- :func:`grade_chapter` builds a temporary nbgrader course directory, releases a chapter,
+  submits (a) the instructor's solution notebooks and (b) the released blank notebooks
+  (plus any extra submissions you pass), autogrades them for real with nbgrader (through
+  ``mini-course``'s own code) and returns the scores per student and grade id.
+- :func:`execute_notebook` runs a notebook top to bottom in a fresh kernel from its own
+  folder and returns the errors per cell.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[2]
+COURSE = REPO / "course"
+
+__all__ = ["REPO", "COURSE", "chapters_with_notebooks", "GradedChapter", "grade_chapter",
+           "CellError", "execute_notebook", "test_cells", "quiet"]
+
+
+def quiet(*_args, **_kwargs) -> None:
+    """A ``log`` callback that prints nothing."""
+
+
+def chapters_with_notebooks(course_src: Path = COURSE) -> list[str]:
+    from grader.course import list_chapters
+    return list_chapters(course_src)
+
+
+@dataclass
+class GradedChapter:
+    course_dir: Path
+    chapter: str
+    release_dir: Path
+    # {student: {grade_id: (score, max_score)}}
+    scores: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+
+    def total(self, student: str) -> tuple[float, float]:
+        cells = self.scores.get(student, {})
+        return (sum(s for s, _ in cells.values()), sum(m for _, m in cells.values()))
+
+    def autograded(self, student: str) -> list[Path]:
+        return sorted((self.course_dir / "autograded" / student / self.chapter).glob("*.ipynb"))
+
+
+def grade_chapter(tmp: Path, chapter: str, *, course_src: Path = COURSE,
+                  extra: dict[str, Callable[[nbformat.NotebookNode], None]] | None = None,
+                  cell_timeout: int = 60, check_timeout: float = 30,
+                  recheck: bool = True) -> GradedChapter:
+    """Init a course in ``tmp``, release ``chapter`` (any spelling), submit ``solution``
+    (the source notebooks) and ``blank`` (the released ones), plus one student per entry of
+    ``extra``: ``{student: edit}`` where ``edit(nb)`` modifies a copy of the source notebook
+    in place; autograde everything and return the scores."""
+    from grader import course
+
+    course_dir = tmp / "course"
+    course.init_course(course_dir, course_src=course_src, cell_timeout=cell_timeout,
+                       check_timeout=check_timeout, log=quiet)
+    chapter = course._chapter_in_course(course_dir, chapter)
+    release_dir = course.release(chapter, course_dir, log=quiet)
+    inbox = tmp / "inbox"
+    inbox.mkdir()
+    for nb_path in sorted((course_dir / "source" / chapter).glob("*.ipynb")):
+        stem = nb_path.stem
+        shutil.copy(nb_path, inbox / f"solution_{stem}.ipynb")
+        shutil.copy(release_dir / nb_path.name, inbox / f"blank_{stem}.ipynb")
+        for student, edit in (extra or {}).items():
+            nb = nbformat.read(str(nb_path), as_version=4)
+            edit(nb)
+            nbformat.write(nb, str(inbox / f"{student}_{stem}.ipynb"))
+    report = course.import_submissions(chapter, inbox, course_dir, log=quiet)
+    assert not report.rejected, report.rejected
+    course.autograde(chapter, course_dir, recheck=recheck, log=quiet)
+    graded = GradedChapter(course_dir, chapter, release_dir)
+    for row in course.grades(course_dir):
+        if row["chapter"] == chapter:
+            graded.scores.setdefault(row["student"], {})[row["grade_id"]] = (
+                row["score"], row["max_score"])
+    return graded
+
+
+@dataclass
+class CellError:
+    index: int
+    grade_id: str | None
+    is_test: bool       # an autograded test cell (grade, not solution)
+    ename: str
+    evalue: str
+
+
+def test_cells(nb) -> dict[str, nbformat.NotebookNode]:
+    """``{grade_id: cell}`` of the autograded test cells of a notebook."""
+    out = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            out[meta["grade_id"]] = cell
+    return out
+
+
+test_cells.__test__ = False  # not a pytest test
+
+
+def execute_notebook(path: str | Path, timeout: int = 120) -> list[CellError]:
+    """Run the notebook in a fresh kernel from its own folder (so a ``mini/`` copy next to
+    it is the one imported) and return one :class:`CellError` per cell that failed."""
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    nb = nbformat.read(str(path), as_version=4)
+    NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                errors.append(CellError(i, meta.get("grade_id"),
+                                        bool(meta.get("grade") and not meta.get("solution")),
+                                        o.get("ename", ""), o.get("evalue", "")))
+                break
+    return errors

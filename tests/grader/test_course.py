@@ -1,0 +1,364 @@
+"""mini-course on the fixture chapter: init, release, import, autograde, feedback, grades,
+check, workspace -- with nbgrader for real."""
+from __future__ import annotations
+
+import csv
+import re
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import course
+from grader.cli import main
+from grader.course import CourseError, find_leaks, student_id_from_filename
+from grader.solutions import notebook_regions, reference_regions
+from grader_helpers import FIXTURE_CHAPTER, FIXTURE_COURSE
+
+quiet = lambda *a, **k: None  # noqa: E731
+FIXTURE_NB = FIXTURE_COURSE / FIXTURE_CHAPTER / "fixture.ipynb"
+
+
+def copy_course(graded, tmp_path) -> Path:
+    dst = tmp_path / "course-copy"
+    shutil.copytree(graded.course_dir, dst)
+    return dst
+
+
+# --------------------------------------------------------------------------- pure functions
+
+@pytest.mark.parametrize("name, notebooks, expected", [
+    ("alice_fixture.ipynb", ["fixture"], ("alice", "fixture")),
+    ("alice-fixture.ipynb", ["fixture"], ("alice", "fixture")),
+    ("alice.ipynb", ["fixture"], ("alice", "fixture")),
+    ("bob_smith_fixture.ipynb", ["fixture"], ("bob_smith", "fixture")),
+    ("s123_part_b.ipynb", ["part_a", "part_b"], ("s123", "part_b")),
+    ("a.b@uni.edu_fixture.ipynb", ["fixture"], ("a.b@uni.edu", "fixture")),
+    ("some/dir/carol_fixture.ipynb", ["fixture"], ("carol", "fixture")),
+])
+def test_student_id_rule(name, notebooks, expected):
+    assert student_id_from_filename(name, notebooks) == expected
+
+
+@pytest.mark.parametrize("name, notebooks", [
+    ("bob smith_fixture.ipynb", ["fixture"]),
+    (".hidden_fixture.ipynb", ["fixture"]),
+    ("..ipynb", ["fixture"]),
+    ("x*y_fixture.ipynb", ["fixture"]),
+    ("alice.ipynb", ["part_a", "part_b"]),
+    ("alice_fixture.py", ["fixture"]),
+    ("a" * 70 + "_fixture.ipynb", ["fixture"]),
+])
+def test_student_id_rule_rejects(name, notebooks):
+    with pytest.raises(ValueError):
+        student_id_from_filename(name, notebooks)
+
+
+def test_resolve_chapter():
+    chapters = ["02_autodiff", "03_strides"]
+    assert course.resolve_chapter("03", chapters) == "03_strides"
+    assert course.resolve_chapter("3", chapters) == "03_strides"
+    assert course.resolve_chapter(3, chapters) == "03_strides"
+    assert course.resolve_chapter("03_strides", chapters) == "03_strides"
+    with pytest.raises(CourseError, match="unknown chapter"):
+        course.resolve_chapter("7", chapters)
+
+
+# --------------------------------------------------------------------------- init / release
+
+@pytest.mark.nbgrader
+def test_init_layout(graded_fixture):
+    d = graded_fixture.course_dir
+    for sub in ("source", "release", "submitted", "autograded", "feedback"):
+        assert (d / sub).is_dir()
+    assert (d / "gradebook.db").exists()
+    cfg = (d / "nbgrader_config.py").read_text()
+    assert "grader.preprocessors.ResilientExecute" in cfg and "ScrubHiddenTests" in cfg
+    assert "c.Execute.timeout = 8" in cfg
+    src = d / "source" / FIXTURE_CHAPTER
+    assert (src / "fixture.ipynb").exists()
+    assert (src / "mini" / "_release.py").read_text().endswith("CHAPTER = 3\n")
+    assert 'raise ExerciseNotImplemented("03.compact_strides")' in \
+        (src / "mini" / "ndarray" / "strides.py").read_text()
+
+
+@pytest.mark.nbgrader
+def test_init_refuses_a_non_empty_dir_and_force_loses_nothing(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    with pytest.raises(CourseError, match="not empty"):
+        course.init_course(d, course_src=FIXTURE_COURSE, log=quiet)
+    assert main(["init", str(d), "--course-src", str(FIXTURE_COURSE)]) == 2
+    marker = d / "source" / FIXTURE_CHAPTER / "instructor-notes.md"
+    marker.write_text("mine")
+    submitted = sorted(p.name for p in (d / "submitted").iterdir())
+    course.init_course(d, course_src=FIXTURE_COURSE, force=True, cell_timeout=99, log=quiet)
+    assert "c.Execute.timeout = 99" in (d / "nbgrader_config.py").read_text()
+    backups = list((d / ".mini-grader" / "backup").rglob("instructor-notes.md"))
+    assert backups and backups[0].read_text() == "mine"
+    assert list((d / ".mini-grader" / "backup").rglob("nbgrader_config.py"))
+    assert sorted(p.name for p in (d / "submitted").iterdir()) == submitted
+
+
+def _secret_lines(chapter: int) -> set[str]:
+    """Lines of the solution regions of chapters >= ``chapter`` (mini and the notebook)."""
+    out = set()
+    for slot, (_, text) in reference_regions(course.default_mini_src()).items():
+        if int(slot[:2]) >= chapter:
+            out.update(l.strip() for l in text.splitlines())
+    for slot, text in notebook_regions(FIXTURE_NB).items():
+        out.update(l.strip() for l in text.splitlines())
+    return {l for l in out if len(l) >= 10}
+
+
+@pytest.mark.nbgrader
+def test_release_contains_no_solution_and_no_hidden_test(graded_fixture):
+    rel = graded_fixture.release_dir
+    assert (rel / "fixture.ipynb").exists() and (rel / "mini" / "__init__.py").exists()
+    # Lines that also occur outside every solution region of mini may ship (e.g. a
+    # `return tuple(out)` in a trusted helper); everything else of a region must not.
+    mini_outside = set()
+    for p in course.default_mini_src().rglob("*.py"):
+        inside = False
+        for line in p.read_text().splitlines():
+            s = line.strip()
+            inside = (inside or s == "### BEGIN SOLUTION") and s != "### END SOLUTION"
+            if not inside:
+                mini_outside.add(s)
+    secret = _secret_lines(3) - mini_outside
+    assert len(secret) > 20
+    hits = []
+    for p in rel.rglob("*"):
+        if p.is_file() and p.suffix in (".py", ".ipynb", ".txt", ".md", ".json"):
+            text = p.read_text()
+            lines = {l.strip() for l in text.splitlines()}
+            if p.suffix == ".ipynb":
+                nb = nbformat.reads(text, as_version=4)
+                lines = {l.strip() for c in nb.cells for l in c.source.splitlines()}
+            for needle in ("BEGIN HIDDEN TESTS", "run_check", "BEGIN SOLUTION"):
+                if needle in text and not (needle == "BEGIN SOLUTION" and p.suffix == ".py"):
+                    hits.append((p.name, needle))
+            hits += [(p.name, l) for l in lines & secret]
+    assert not hits, hits
+    nb = nbformat.read(str(rel / "fixture.ipynb"), as_version=4)
+    assert sum("raise NotImplementedError()" in c.source for c in nb.cells) == 2
+    assert find_leaks(rel, 3, course.default_mini_src(),
+                      graded_fixture.course_dir / "source" / FIXTURE_CHAPTER) == []
+
+
+@pytest.mark.nbgrader
+def test_find_leaks_catches_a_planted_leak(graded_fixture, tmp_path):
+    rel = tmp_path / "rel"
+    shutil.copytree(graded_fixture.release_dir, rel)
+    (rel / "notes.py").write_text("    step *= max(dim, 1)\n")
+    nb = nbformat.read(str(rel / "fixture.ipynb"), as_version=4)
+    nb.cells[-1].source += "\n# run_check(\"03.offset\", element_offset)"
+    nbformat.write(nb, str(rel / "fixture.ipynb"))
+    leaks = find_leaks(rel, 3, course.default_mini_src())
+    assert ("notes.py", 1, "step *= max(dim, 1)") in leaks
+    assert any(p == "fixture.ipynb" and "run_check" in t for p, _, t in leaks)
+
+
+# --------------------------------------------------------------------------- import
+
+@pytest.mark.nbgrader
+def test_import_zip_rules_and_no_silent_overwrite(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    good = FIXTURE_NB.read_bytes()
+    zpath = tmp_path / "lms.zip"
+    with zipfile.ZipFile(zpath, "w") as z:
+        z.writestr("submissions/alice_fixture.ipynb", good)
+        z.writestr("submissions/../../escape_fixture.ipynb", good)
+        z.writestr("submissions/bad name_fixture.ipynb", good)
+        z.writestr("submissions/broken_fixture.ipynb", b"{not json")
+        z.writestr("submissions/readme.txt", b"hello")
+        z.writestr("__MACOSX/submissions/._alice_fixture.ipynb", b"junk")
+    report = course.import_submissions("3", zpath, d, log=quiet)
+    assert sorted(report.imported) == [f"alice/{FIXTURE_CHAPTER}/fixture.ipynb",
+                                       f"escape/{FIXTURE_CHAPTER}/fixture.ipynb"]
+    assert len(report.rejected) == 3
+    assert not (tmp_path / "escape_fixture.ipynb").exists()
+    dest = d / "submitted" / "alice" / FIXTURE_CHAPTER
+    assert (dest / "fixture.ipynb").read_bytes() == good and (dest / "timestamp.txt").exists()
+
+    again = course.import_submissions(FIXTURE_CHAPTER, zpath, d, log=quiet)
+    assert f"alice/{FIXTURE_CHAPTER}/fixture.ipynb" in again.unchanged
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "alice_fixture.ipynb").write_bytes(good.replace(b"Fixture chapter", b"Fixture chapter v2"))
+    third = course.import_submissions("03", newer, d, log=quiet)
+    assert len(third.replaced) == 1 and "previous version kept" in third.replaced[0]
+    archived = list((d / ".mini-grader" / "archive" / "alice").rglob("fixture.ipynb"))
+    assert len(archived) == 1 and archived[0].read_bytes() == good
+    assert b"v2" in (dest / "fixture.ipynb").read_bytes()
+
+
+# --------------------------------------------------------------------------- autograde
+
+@pytest.mark.nbgrader
+def test_autograde_scores(graded_fixture):
+    s = graded_fixture.scores
+    cs, off = "03_compact_strides", "03_offset"
+    assert graded_fixture.total("solution") == (16.0, 16.0)
+    assert graded_fixture.total("blank") == (0.0, 16.0)
+    # An infinite loop costs the affected test only; the kernel is restarted for the rest.
+    assert s["looper"][cs] == (0.0, 8.0) and s["looper"][off] == (8.0, 8.0)
+    # A kernel killed by os._exit costs the affected test only.
+    assert s["killer"][cs] == (8.0, 8.0) and s["killer"][off] == (0.0, 8.0)
+    # Visible tests pass, hidden checks catch the size-0 mistake.
+    assert s["wrong"][cs] == (0.0, 8.0) and s["wrong"][off] == (8.0, 8.0)
+    # Replacing run_check in the kernel earns nothing: the re-check finds no record.
+    assert graded_fixture.total("cheater") == (0.0, 16.0)
+
+
+@pytest.mark.nbgrader
+def test_autograded_notebooks_record_why(graded_fixture):
+    def outputs(student, grade_id):
+        nb = nbformat.read(str(graded_fixture.autograded(student)[0]), as_version=4)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        return [(o.get("ename"), o.get("evalue", "")) for o in cell.outputs if o.output_type == "error"]
+
+    assert ("DeadKernelError" in [e for e, _ in outputs("killer", "03_offset")])
+    assert "CellTimeoutError" in [e for e, _ in outputs("looper", "03_compact_strides")]
+    wrong = outputs("wrong", "03_compact_strides")
+    assert wrong and wrong[0][0] == "AssertionError" and "compact_strides((" in wrong[0][1]
+    assert outputs("cheater", "03_compact_strides")[-1][0] == "HiddenTestFailed"
+
+
+@pytest.mark.nbgrader
+def test_kernel_side_lie_is_only_caught_by_the_recheck(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    trusting = course.autograde(FIXTURE_CHAPTER, d, student="cheater", recheck=False, log=quiet)
+    assert trusting["cheater"] == (16.0, 16.0)       # the kernel said everything passed ...
+    checked = course.autograde(FIXTURE_CHAPTER, d, student="cheater", log=quiet)
+    assert checked["cheater"] == (0.0, 16.0)         # ... the re-check disagrees
+
+
+@pytest.mark.nbgrader
+def test_edited_locked_test_cells_are_restored(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    nb = nbformat.read(str(FIXTURE_NB), as_version=4)
+    for cell in nb.cells:
+        cell.source = cell.source.replace("step *= max(dim, 1)", "step *= dim")
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "03_compact_strides":
+            cell.source = "pass"                     # the student deleted the tests
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    nbformat.write(nb, str(inbox / "tamper_fixture.ipynb"))
+    course.import_submissions(FIXTURE_CHAPTER, inbox, d, log=quiet)
+    scores = course.autograde(FIXTURE_CHAPTER, d, student="tamper", log=quiet)
+    assert scores["tamper"] == (8.0, 16.0)
+
+
+# --------------------------------------------------------------------------- feedback
+
+def _feedback_html(course_dir: Path, student: str) -> str:
+    return (course_dir / "feedback" / student / FIXTURE_CHAPTER / "fixture.html").read_text()
+
+
+@pytest.mark.nbgrader
+def test_feedback_hides_hidden_tests_but_keeps_the_verdict(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    hidden_line = 'run_check'
+    # nbgrader's default feedback leaks the hidden test: source and traceback ...
+    defaults = ["nbgrader.preprocessors.GetGrades", "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+    course.run_nbgrader(d, "generate_feedback", FIXTURE_CHAPTER, "wrong",
+                        config={"GenerateFeedback.preprocessors": defaults})
+    assert hidden_line in _feedback_html(d, "wrong")
+    # ... ClearHiddenTests removes the source, but the traceback still shows it ...
+    course.run_nbgrader(d, "generate_feedback", FIXTURE_CHAPTER, "wrong",
+                        config={"GenerateFeedback.preprocessors": defaults +
+                                ["nbgrader.preprocessors.ClearHiddenTests"]})
+    html = _feedback_html(d, "wrong")
+    assert re.search(r"----&gt; .*run_check", html)  # the traceback's arrow line
+    # ... ours removes both and keeps pass/fail and the check's message.
+    course.feedback(FIXTURE_CHAPTER, d, log=quiet)
+    for student in ("solution", "wrong", "killer", "looper", "blank"):  # (the cheater wrote run_check)
+        html = _feedback_html(d, student)
+        for needle in ("run_check", "HIDDEN TESTS", "grader.hidden"):
+            assert needle not in html, (student, needle)
+    html = _feedback_html(d, "wrong")
+    assert "AssertionError" in html and "compact_strides((" in html
+    assert "hidden tests passed" in html            # the offset cell passed
+
+
+# --------------------------------------------------------------------------- grades
+
+@pytest.mark.nbgrader
+def test_grades_table_and_csv(graded_fixture, tmp_path, capsys):
+    out = tmp_path / "grades.csv"
+    assert main(["grades", "--csv", str(out), "--course-dir", str(graded_fixture.course_dir)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    got = {(r["student"], r["grade_id"]): float(r["score"]) for r in rows}
+    assert got[("solution", "03_compact_strides")] == 8.0
+    assert got[("killer", "03_offset")] == 0.0
+    assert {r["chapter"] for r in rows} == {FIXTURE_CHAPTER}
+    text = capsys.readouterr().out
+    assert "solution  03_fixture  total 16 / 16" in text
+
+
+# --------------------------------------------------------------------------- check
+
+def _fill(nb_path: Path, code: str) -> None:
+    """Replace the first stub of a released notebook with ``code``."""
+    nb = nbformat.read(str(nb_path), as_version=4)
+    for cell in nb.cells:
+        if "raise NotImplementedError()" in cell.source:
+            cell.source = cell.source.replace("    # YOUR CODE HERE\n    raise NotImplementedError()", code)
+            break
+    nbformat.write(nb, str(nb_path))
+
+
+@pytest.mark.nbgrader
+def test_check_reports_visible_and_hidden_results(graded_fixture, tmp_path, capsys, monkeypatch):
+    from grader.selfcheck import check_notebook, format_table
+
+    ws = tmp_path / "ws"
+    shutil.copytree(graded_fixture.release_dir, ws)
+    nb_path = ws / "fixture.ipynb"
+    _fill(nb_path, "    out, step = [], 1\n    for d in reversed(shape):\n"
+                   "        out.append(step)\n        step *= d\n    return tuple(reversed(out))")
+    results = {r.grade_id: r for r in check_notebook(nb_path, FIXTURE_NB, timeout=30)}
+    cs, off = results["03_compact_strides"], results["03_offset"]
+    assert (cs.visible, cs.hidden) == ("passed", "failed") and "compact_strides((" in cs.message
+    assert cs.slots == ["03.compact_strides"] and cs.points == 8
+    assert off.visible == "failed" and "not implemented" in off.message
+    table = format_table(list(results.values()))
+    assert "total: 0 / 16 points" in table
+    # The command: the instructor's notebook passes everything.
+    monkeypatch.setenv("MINI_COURSE_SRC", str(FIXTURE_COURSE))
+    assert main(["check", "03", str(FIXTURE_NB), "--timeout", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "total: 16 / 16 points" in out
+
+
+# --------------------------------------------------------------------------- workspace
+
+@pytest.mark.nbgrader
+def test_workspace_never_overwrites_and_grows(tmp_path):
+    src = tmp_path / "course"
+    shutil.copytree(FIXTURE_COURSE, src)
+    ws = tmp_path / "workspace"
+    assert course.workspace(ws, course_src=src, log=quiet) == ws.resolve()
+    nb = ws / FIXTURE_CHAPTER / "fixture.ipynb"
+    assert nb.exists() and (ws / FIXTURE_CHAPTER / "mini" / "_release.py").exists()
+    text = nb.read_text()
+    assert "run_check" not in text and "step *= max(dim, 1)" not in text
+    assert (ws / ".gitignore").read_text().strip().endswith("*")
+    nb.write_text(text.replace("YOUR CODE HERE", "MY OWN WORK"))
+    (ws / FIXTURE_CHAPTER / "mini" / "_release.py").write_text("CHAPTER = 99\n")
+    # A chapter added later appears on the next run; existing work is untouched.
+    shutil.copytree(src / FIXTURE_CHAPTER, src / "04_more")
+    (src / "04_more" / "fixture.ipynb").rename(src / "04_more" / "more.ipynb")
+    lines = []
+    course.workspace(ws, course_src=src, log=lines.append)
+    assert lines[-1] == str(ws.resolve())
+    assert "MY OWN WORK" in nb.read_text()
+    assert (ws / FIXTURE_CHAPTER / "mini" / "_release.py").read_text() == "CHAPTER = 99\n"
+    assert (ws / "04_more" / "more.ipynb").exists()
+    assert (ws / "04_more" / "mini" / "_release.py").read_text().endswith("CHAPTER = 4\n")
+    before = {p: p.stat().st_mtime_ns for p in ws.rglob("*") if p.is_file()}
+    course.workspace(ws, course_src=src, log=quiet)    # nothing to do: nothing touched
+    assert before == {p: p.stat().st_mtime_ns for p in ws.rglob("*") if p.is_file()}
