@@ -1,0 +1,105 @@
+"""The cpu backend: C++/OpenMP kernels (``mini/backends/cpu/kernels.cpp``) behind the same
+primitive interface as the numpy backend.
+
+Buffers are the same flat, 64-byte aligned numpy arrays, so only kernels differ.  The
+compiled kernels take compact float32/float64 operands; anything else (int64 and bool
+arrays, strided operands of elementwise ops) runs on the numpy reference kernels.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mini.backends.numpy_backend import NumpyBackend
+from mini.backends.cpu.build_info import load_extension, import_error
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_NATIVE_BINARY = {"add", "sub", "mul", "div", "maximum", "pow"}
+_NATIVE_UNARY = {"neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "abs", "relu", "sigmoid"}
+
+
+class CpuBackend(NumpyBackend):
+    name = "cpu"
+    kernels_name = "cpu"
+
+    def __init__(self):
+        self.ext = load_extension()
+        if self.ext is None:
+            raise RuntimeError("device 'cpu' needs mini's compiled kernels: " + (import_error() or ""))
+
+    @staticmethod
+    def _flat(a) -> np.ndarray | None:
+        """The contiguous float buffer behind a compact view, or None if a kernel can't take it."""
+        data = a.storage.data
+        if data.dtype not in _FLOATS or not a.is_compact():
+            return None
+        return data[a.offset:a.offset + a.size]
+
+    def compact(self, a) -> np.ndarray:
+        if a.storage.data.dtype not in _FLOATS:
+            return super().compact(a)
+        out = self.empty(a.size, a.storage.data.dtype)
+        if a.size:
+            self.ext.compact(a.storage.data, list(a.shape), list(a.strides), a.offset, out)
+        return out
+
+    def ewise(self, op, a, b, out_np_dtype):
+        fa, fb = self._flat(a), self._flat(b)
+        if op in _NATIVE_BINARY and fa is not None and fb is not None and fa.dtype == fb.dtype \
+                and np.dtype(out_np_dtype) == fa.dtype:
+            out = self.empty(a.size, out_np_dtype)
+            self.ext.ewise(op, fa, fb, out)
+            return out
+        return super().ewise(op, a, b, out_np_dtype)
+
+    def scalar(self, op, a, s, out_np_dtype, reverse=False):
+        fa = self._flat(a)
+        native = {"sub": "rsub", "div": "rdiv"}.get(op) if reverse else op
+        if reverse and op in ("add", "mul", "maximum"):
+            native = op
+        if native in _NATIVE_BINARY | {"rsub", "rdiv"} and fa is not None \
+                and np.dtype(out_np_dtype) == fa.dtype:
+            out = self.empty(a.size, out_np_dtype)
+            self.ext.scalar(native, fa, float(s), out)
+            return out
+        return super().scalar(op, a, s, out_np_dtype, reverse)
+
+    def unary(self, op, a):
+        fa = self._flat(a)
+        if op in _NATIVE_UNARY and fa is not None:
+            out = self.empty(a.size, fa.dtype)
+            self.ext.unary(op, fa, out)
+            return out
+        return super().unary(op, a)
+
+    def reduce(self, op, a, axes, keepdims, out_shape):
+        # Reduce over trailing axes of a compact array in one kernel call.
+        if op in ("sum", "max") and axes and a.storage.data.dtype in _FLOATS:
+            axes = tuple(axes)
+            nd = a.ndim
+            if axes == tuple(range(nd - len(axes), nd)):
+                src = a.compact() if not a.is_compact() else a
+                fa = self._flat(src)
+                n = math.prod(a.shape[nd - len(axes):])
+                out = self.empty(math.prod(out_shape), fa.dtype)
+                if n and out.size:
+                    self.ext.reduce_last(op, fa, n, out)
+                    return out
+        return super().reduce(op, a, axes, keepdims, out_shape)
+
+    def matmul(self, a, b, out_shape):
+        if a.ndim == 2 and b.ndim == 2 and a.storage.data.dtype in _FLOATS \
+                and a.storage.data.dtype == b.storage.data.dtype:
+            a = a.compact() if not a.is_compact() else a
+            b = b.compact() if not b.is_compact() else b
+            m, k = a.shape
+            n = b.shape[1]
+            out = self.empty(m * n, a.storage.data.dtype)
+            if m and n:
+                if k == 0:
+                    out[...] = 0
+                else:
+                    self.ext.matmul(self._flat(a), self._flat(b), out, m, k, n)
+            return out
+        return super().matmul(a, b, out_shape)

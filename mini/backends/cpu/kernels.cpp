@@ -1,0 +1,1046 @@
+// mini.backends._cpu: the primitive kernels of mini's cpu backend.
+//
+// Every kernel works on flat, 1-D, C-contiguous numpy buffers of float32 or float64
+// (one template per dtype) and writes into an `out` buffer that the caller allocated.
+// Arguments are checked before any memory is touched: a wrong dtype, mixed dtypes, a
+// non-contiguous or read-only buffer, sizes that do not match, or a stride pattern that
+// would reach outside `src` raise TypeError / ValueError naming the kernel and the
+// problem.  No kernel ever reads or writes out of bounds.
+//
+// Loops run under OpenMP only above PARALLEL_THRESHOLD elements, so small arrays do not
+// pay for starting a thread team.  Built without OpenMP (MINI_NO_OPENMP, e.g. Apple
+// clang), the same code runs on one thread.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef MINI_NO_OPENMP
+#include <omp.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define MINI_HAVE_ATFORK 1
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int64_t kParallelThreshold = 32768;  // elements (or multiply-adds for matmul)
+
+// ---------------------------------------------------------------------------------------
+// Threads
+
+// GNU OpenMP is not fork-safe: a child forked after the parent ran a parallel region
+// hangs in its first one (e.g. a DataLoader worker started with fork).  So a forked child
+// runs every kernel on one thread, as PyTorch does.
+bool g_forked_child = false;
+void mark_forked_child() { g_forked_child = true; }
+
+inline int max_threads() {
+#ifndef MINI_NO_OPENMP
+    return g_forked_child ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+inline bool go_parallel(int64_t work) {
+#ifndef MINI_NO_OPENMP
+    return work >= kParallelThreshold && !g_forked_child && omp_get_max_threads() > 1;
+#else
+    (void)work;
+    return false;
+#endif
+}
+
+// body(i) for i in [0, n); threads split the range statically above the threshold.
+template <typename Body>
+inline void parallel_for(int64_t n, Body body) {
+#ifndef MINI_NO_OPENMP
+    if (go_parallel(n)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) body(i);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+// body(begin, end) over disjoint chunks covering [0, n): one chunk per thread above the
+// threshold, a single chunk below it.
+template <typename Body>
+inline void parallel_chunks(int64_t n, Body body) {
+#ifndef MINI_NO_OPENMP
+    if (go_parallel(n)) {
+#pragma omp parallel
+        {
+            const int64_t nt = omp_get_num_threads();
+            const int64_t t = omp_get_thread_num();
+            const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+            if (begin < end) body(begin, end);
+        }
+        return;
+    }
+#endif
+    if (n > 0) body(int64_t(0), n);
+}
+
+// ---------------------------------------------------------------------------------------
+// Argument checking
+
+enum class DType { f32, f64 };
+
+const char* dtype_name(DType d) { return d == DType::f32 ? "float32" : "float64"; }
+
+std::string describe_dtype(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+std::string describe_shape(const py::array& a) {
+    std::ostringstream s;
+    s << "(";
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) s << a.shape(i) << (a.ndim() == 1 ? "," : (i + 1 < a.ndim() ? ", " : ""));
+    s << ")";
+    return s.str();
+}
+
+[[noreturn]] void type_error(const char* kernel, const std::string& msg) {
+    throw py::type_error(std::string("mini.backends._cpu.") + kernel + ": " + msg);
+}
+[[noreturn]] void value_error(const char* kernel, const std::string& msg) {
+    throw py::value_error(std::string("mini.backends._cpu.") + kernel + ": " + msg);
+}
+
+// A flat float32/float64 C-contiguous numpy array, checked.
+struct Buf {
+    py::array arr;
+    DType dtype;
+    int64_t size;
+};
+
+Buf check_buffer(const char* kernel, const char* name, const py::object& obj, bool writable) {
+    if (!py::isinstance<py::array>(obj)) {
+        type_error(kernel, std::string("argument '") + name + "' must be a numpy.ndarray, got " +
+                               py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
+    }
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    DType d;
+    if (a.dtype().equal(py::dtype::of<float>())) {
+        d = DType::f32;
+    } else if (a.dtype().equal(py::dtype::of<double>())) {
+        d = DType::f64;
+    } else {
+        type_error(kernel, std::string("argument '") + name + "' has dtype " + describe_dtype(a) +
+                               "; the cpu kernels take float32 or float64 in native byte order");
+    }
+    if (a.ndim() != 1) {
+        value_error(kernel, std::string("argument '") + name + "' must be a flat 1-D buffer, got shape " +
+                                describe_shape(a));
+    }
+    if (!(a.flags() & py::array::c_style)) {
+        value_error(kernel, std::string("argument '") + name + "' is not C-contiguous (stride " +
+                                std::to_string(a.strides(0)) + " bytes); pass a compact buffer, "
+                                "e.g. numpy.ascontiguousarray(x)");
+    }
+    if (writable && !a.writeable()) {
+        value_error(kernel, std::string("output '") + name + "' is read-only");
+    }
+    return Buf{a, d, static_cast<int64_t>(a.size())};
+}
+
+void check_same_dtype(const char* kernel, const Buf& x, const char* xn, const Buf& y, const char* yn) {
+    if (x.dtype != y.dtype) {
+        type_error(kernel, std::string("dtypes differ: '") + xn + "' is " + dtype_name(x.dtype) + " but '" +
+                               yn + "' is " + dtype_name(y.dtype));
+    }
+}
+
+void check_same_size(const char* kernel, const Buf& x, const char* xn, const Buf& y, const char* yn) {
+    if (x.size != y.size) {
+        value_error(kernel, std::string("sizes differ: '") + xn + "' has " + std::to_string(x.size) +
+                                " elements but '" + yn + "' has " + std::to_string(y.size));
+    }
+}
+
+// Byte ranges [data, data + size*itemsize) of two buffers overlap.
+bool overlaps(const Buf& x, const Buf& y) {
+    if (x.size == 0 || y.size == 0) return false;
+    auto xb = reinterpret_cast<std::uintptr_t>(x.arr.data());
+    auto yb = reinterpret_cast<std::uintptr_t>(y.arr.data());
+    auto xe = xb + static_cast<std::uintptr_t>(x.arr.nbytes());
+    auto ye = yb + static_cast<std::uintptr_t>(y.arr.nbytes());
+    return xb < ye && yb < xe;
+}
+
+void check_no_overlap(const char* kernel, const Buf& in, const char* in_name, const Buf& out) {
+    if (overlaps(in, out)) {
+        value_error(kernel, std::string("'out' overlaps '") + in_name +
+                                "' in memory; this kernel cannot run in place, pass a separate output buffer");
+    }
+}
+
+// Checked int64 arithmetic (portable: no compiler builtins).
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+bool mul_overflows(int64_t a, int64_t b) {  // a >= 0
+    if (a == 0 || b == 0) return false;
+    int64_t mag = b == std::numeric_limits<int64_t>::min() ? kMax : (b < 0 ? -b : b);
+    return mag > kMax / a;
+}
+
+int64_t checked_mul(const char* kernel, int64_t a, int64_t b, const std::string& what) {
+    if (mul_overflows(a, b)) value_error(kernel, what + " overflows a 64-bit index");
+    return a * b;
+}
+
+int64_t checked_add(const char* kernel, int64_t a, int64_t b, const std::string& what) {
+    if ((b > 0 && a > kMax - b) || (b < 0 && a < std::numeric_limits<int64_t>::min() - b)) {
+        value_error(kernel, what + " overflows a 64-bit index");
+    }
+    return a + b;
+}
+
+std::string list_str(const std::vector<int64_t>& v) {
+    std::ostringstream s;
+    s << "[";
+    for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+    s << "]";
+    return s.str();
+}
+
+template <typename T>
+T* ptr(Buf& b) { return static_cast<T*>(b.arr.mutable_data()); }
+template <typename T>
+const T* cptr(const Buf& b) { return static_cast<const T*>(b.arr.data()); }
+
+// ---------------------------------------------------------------------------------------
+// Scalar functions shared by ewise / scalar / unary.  maximum/minimum propagate NaN as
+// numpy does.
+
+template <typename T> inline T f_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> inline T f_min(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> inline T f_sigmoid(T x) {
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    T e = std::exp(x);
+    return e / (T(1) + e);
+}
+
+enum class BinOp { add, sub, rsub, mul, div, rdiv, maximum, minimum, pow, eq, ne, lt, le, gt, ge };
+
+struct NamedBin { const char* name; BinOp op; };
+const NamedBin kEwiseOps[] = {
+    {"add", BinOp::add}, {"sub", BinOp::sub}, {"mul", BinOp::mul}, {"div", BinOp::div},
+    {"maximum", BinOp::maximum}, {"minimum", BinOp::minimum}, {"pow", BinOp::pow},
+    {"eq", BinOp::eq}, {"ne", BinOp::ne}, {"lt", BinOp::lt}, {"le", BinOp::le},
+    {"gt", BinOp::gt}, {"ge", BinOp::ge}};
+const NamedBin kScalarOps[] = {
+    {"add", BinOp::add}, {"sub", BinOp::sub}, {"rsub", BinOp::rsub}, {"mul", BinOp::mul},
+    {"div", BinOp::div}, {"rdiv", BinOp::rdiv}, {"maximum", BinOp::maximum},
+    {"minimum", BinOp::minimum}, {"pow", BinOp::pow}, {"eq", BinOp::eq}, {"ne", BinOp::ne},
+    {"lt", BinOp::lt}, {"le", BinOp::le}, {"gt", BinOp::gt}, {"ge", BinOp::ge}};
+
+template <size_t N>
+BinOp find_binop(const char* kernel, const std::string& op, const NamedBin (&table)[N]) {
+    for (const auto& e : table) if (op == e.name) return e.op;
+    std::string names;
+    for (const auto& e : table) names += std::string(names.empty() ? "" : ", ") + e.name;
+    value_error(kernel, "unknown op '" + op + "'; expected one of: " + names);
+}
+
+template <BinOp OP, typename T>
+inline T apply(T a, T b) {
+    if constexpr (OP == BinOp::add) return a + b;
+    else if constexpr (OP == BinOp::sub) return a - b;
+    else if constexpr (OP == BinOp::rsub) return b - a;
+    else if constexpr (OP == BinOp::mul) return a * b;
+    else if constexpr (OP == BinOp::div) return a / b;
+    else if constexpr (OP == BinOp::rdiv) return b / a;
+    else if constexpr (OP == BinOp::maximum) return f_max(a, b);
+    else if constexpr (OP == BinOp::minimum) return f_min(a, b);
+    else if constexpr (OP == BinOp::pow) return std::pow(a, b);
+    else if constexpr (OP == BinOp::eq) return a == b ? T(1) : T(0);
+    else if constexpr (OP == BinOp::ne) return a != b ? T(1) : T(0);
+    else if constexpr (OP == BinOp::lt) return a < b ? T(1) : T(0);
+    else if constexpr (OP == BinOp::le) return a <= b ? T(1) : T(0);
+    else if constexpr (OP == BinOp::gt) return a > b ? T(1) : T(0);
+    else return a >= b ? T(1) : T(0);
+}
+
+// Dispatch a runtime BinOp to a compile-time one, so every loop body is a plain
+// expression the compiler can vectorise.
+template <typename T, typename F>
+void with_binop(BinOp op, F f) {
+    switch (op) {
+        case BinOp::add: f(std::integral_constant<BinOp, BinOp::add>{}); break;
+        case BinOp::sub: f(std::integral_constant<BinOp, BinOp::sub>{}); break;
+        case BinOp::rsub: f(std::integral_constant<BinOp, BinOp::rsub>{}); break;
+        case BinOp::mul: f(std::integral_constant<BinOp, BinOp::mul>{}); break;
+        case BinOp::div: f(std::integral_constant<BinOp, BinOp::div>{}); break;
+        case BinOp::rdiv: f(std::integral_constant<BinOp, BinOp::rdiv>{}); break;
+        case BinOp::maximum: f(std::integral_constant<BinOp, BinOp::maximum>{}); break;
+        case BinOp::minimum: f(std::integral_constant<BinOp, BinOp::minimum>{}); break;
+        case BinOp::pow: f(std::integral_constant<BinOp, BinOp::pow>{}); break;
+        case BinOp::eq: f(std::integral_constant<BinOp, BinOp::eq>{}); break;
+        case BinOp::ne: f(std::integral_constant<BinOp, BinOp::ne>{}); break;
+        case BinOp::lt: f(std::integral_constant<BinOp, BinOp::lt>{}); break;
+        case BinOp::le: f(std::integral_constant<BinOp, BinOp::le>{}); break;
+        case BinOp::gt: f(std::integral_constant<BinOp, BinOp::gt>{}); break;
+        case BinOp::ge: f(std::integral_constant<BinOp, BinOp::ge>{}); break;
+    }
+}
+
+enum class UnOp { neg, exp, log, sqrt, sin, cos, tanh, abs, relu, sigmoid, sign, erf };
+struct NamedUn { const char* name; UnOp op; };
+const NamedUn kUnaryOps[] = {
+    {"neg", UnOp::neg}, {"exp", UnOp::exp}, {"log", UnOp::log}, {"sqrt", UnOp::sqrt},
+    {"sin", UnOp::sin}, {"cos", UnOp::cos}, {"tanh", UnOp::tanh}, {"abs", UnOp::abs},
+    {"relu", UnOp::relu}, {"sigmoid", UnOp::sigmoid}, {"sign", UnOp::sign}, {"erf", UnOp::erf}};
+
+template <UnOp OP, typename T>
+inline T apply_un(T x) {
+    if constexpr (OP == UnOp::neg) return -x;
+    else if constexpr (OP == UnOp::exp) return std::exp(x);
+    else if constexpr (OP == UnOp::log) return std::log(x);
+    else if constexpr (OP == UnOp::sqrt) return std::sqrt(x);
+    else if constexpr (OP == UnOp::sin) return std::sin(x);
+    else if constexpr (OP == UnOp::cos) return std::cos(x);
+    else if constexpr (OP == UnOp::tanh) return std::tanh(x);
+    else if constexpr (OP == UnOp::abs) return std::abs(x);
+    else if constexpr (OP == UnOp::relu) return f_max(x, T(0));
+    else if constexpr (OP == UnOp::sigmoid) return f_sigmoid(x);
+    else if constexpr (OP == UnOp::sign) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);  // keeps 0 and NaN
+    else return std::erf(x);
+}
+
+template <typename F>
+void with_unop(UnOp op, F f) {
+    switch (op) {
+        case UnOp::neg: f(std::integral_constant<UnOp, UnOp::neg>{}); break;
+        case UnOp::exp: f(std::integral_constant<UnOp, UnOp::exp>{}); break;
+        case UnOp::log: f(std::integral_constant<UnOp, UnOp::log>{}); break;
+        case UnOp::sqrt: f(std::integral_constant<UnOp, UnOp::sqrt>{}); break;
+        case UnOp::sin: f(std::integral_constant<UnOp, UnOp::sin>{}); break;
+        case UnOp::cos: f(std::integral_constant<UnOp, UnOp::cos>{}); break;
+        case UnOp::tanh: f(std::integral_constant<UnOp, UnOp::tanh>{}); break;
+        case UnOp::abs: f(std::integral_constant<UnOp, UnOp::abs>{}); break;
+        case UnOp::relu: f(std::integral_constant<UnOp, UnOp::relu>{}); break;
+        case UnOp::sigmoid: f(std::integral_constant<UnOp, UnOp::sigmoid>{}); break;
+        case UnOp::sign: f(std::integral_constant<UnOp, UnOp::sign>{}); break;
+        case UnOp::erf: f(std::integral_constant<UnOp, UnOp::erf>{}); break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// compact
+
+// Copy out[begin:end] from the strided view.  shape/strides are already coalesced and
+// have at least one dimension; every position reached was bounds-checked by the caller.
+template <typename T>
+void compact_range(const T* src, T* out, const std::vector<int64_t>& shape,
+                   const std::vector<int64_t>& strides, int64_t offset, int64_t begin, int64_t end) {
+    const int nd = static_cast<int>(shape.size());
+    std::vector<int64_t> idx(nd, 0);
+    int64_t rem = begin, pos = offset;
+    for (int d = nd - 1; d >= 0; --d) {
+        idx[d] = rem % shape[d];
+        rem /= shape[d];
+        pos += idx[d] * strides[d];
+    }
+    const int64_t inner = shape[nd - 1], s_in = strides[nd - 1];
+    int64_t i = begin;
+    while (i < end) {
+        const int64_t run = std::min(inner - idx[nd - 1], end - i);
+        const T* p = src + pos;
+        T* o = out + i;
+        if (s_in == 1) {
+            std::memcpy(o, p, static_cast<size_t>(run) * sizeof(T));
+        } else if (s_in == 0) {
+            const T v = *p;
+            for (int64_t j = 0; j < run; ++j) o[j] = v;
+        } else {
+            for (int64_t j = 0; j < run; ++j) o[j] = p[j * s_in];
+        }
+        i += run;
+        idx[nd - 1] += run;
+        if (i >= end) break;
+        // The row is finished: step the outer dimensions like an odometer.
+        pos += (run - inner) * s_in;  // back to the start of this row
+        idx[nd - 1] = 0;
+        for (int d = nd - 2; d >= 0; --d) {
+            pos += strides[d];
+            if (++idx[d] < shape[d]) break;
+            pos -= shape[d] * strides[d];
+            idx[d] = 0;
+        }
+        // (when run < inner the range ended mid-row and we already left the loop)
+    }
+}
+
+void compact(const py::object& src_o, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+             int64_t offset, const py::object& out_o) {
+    const char* K = "compact";
+    Buf src = check_buffer(K, "src", src_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, src, "src", out, "out");
+    if (shape.size() != strides.size()) {
+        value_error(K, "shape " + list_str(shape) + " has " + std::to_string(shape.size()) + " dimensions but strides " +
+                           list_str(strides) + " has " + std::to_string(strides.size()));
+    }
+    int64_t total = 1;
+    for (int64_t s : shape) {
+        if (s < 0) value_error(K, "negative dimension in shape " + list_str(shape));
+        total = checked_mul(K, s, total, "the number of elements of shape " + list_str(shape));
+    }
+    if (out.size != total) {
+        value_error(K, "'out' has " + std::to_string(out.size) + " elements but shape " + list_str(shape) + " has " +
+                           std::to_string(total));
+    }
+    if (total == 0) return;
+    // Lowest and highest element the view can reach.
+    int64_t lo = offset, hi = offset;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        int64_t span = checked_mul(K, shape[d] - 1, strides[d], "the span of strides " + list_str(strides));
+        if (span < 0) lo = checked_add(K, lo, span, "the lowest offset");
+        else hi = checked_add(K, hi, span, "the highest offset");
+    }
+    if (lo < 0 || hi >= src.size) {
+        value_error(K, "the view (shape " + list_str(shape) + ", strides " + list_str(strides) + ", offset " +
+                           std::to_string(offset) + ") reaches elements " + std::to_string(lo) + ".." +
+                           std::to_string(hi) + " but 'src' has " + std::to_string(src.size) +
+                           " elements (valid: 0.." + std::to_string(src.size - 1) + ")");
+    }
+    check_no_overlap(K, src, "src", out);
+
+    // Coalesce: drop size-1 dimensions, merge dimensions that are contiguous in src.
+    std::vector<int64_t> cs, cst;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        if (!cs.empty() && cst.back() == strides[d] * shape[d]) {
+            cs.back() *= shape[d];
+            cst.back() = strides[d];
+        } else {
+            cs.push_back(shape[d]);
+            cst.push_back(strides[d]);
+        }
+    }
+    if (cs.empty()) { cs.push_back(1); cst.push_back(0); }
+
+    py::gil_scoped_release nogil;
+    if (src.dtype == DType::f32) {
+        const float* s = cptr<float>(src); float* o = ptr<float>(out);
+        parallel_chunks(total, [&](int64_t b, int64_t e) { compact_range(s, o, cs, cst, offset, b, e); });
+    } else {
+        const double* s = cptr<double>(src); double* o = ptr<double>(out);
+        parallel_chunks(total, [&](int64_t b, int64_t e) { compact_range(s, o, cs, cst, offset, b, e); });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// elementwise
+
+template <typename T>
+void ewise_t(BinOp op, const T* a, const T* b, T* out, int64_t n) {
+    with_binop<T>(op, [&](auto c) {
+        constexpr BinOp OP = decltype(c)::value;
+        parallel_for(n, [&](int64_t i) { out[i] = apply<OP, T>(a[i], b[i]); });
+    });
+}
+
+void ewise(const std::string& op, const py::object& a_o, const py::object& b_o, const py::object& out_o) {
+    const char* K = "ewise";
+    BinOp bop = find_binop(K, op, kEwiseOps);
+    Buf a = check_buffer(K, "a", a_o, false);
+    Buf b = check_buffer(K, "b", b_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, a, "a", b, "b");
+    check_same_dtype(K, a, "a", out, "out");
+    check_same_size(K, a, "a", b, "b");
+    check_same_size(K, a, "a", out, "out");
+    py::gil_scoped_release nogil;
+    if (a.dtype == DType::f32) ewise_t(bop, cptr<float>(a), cptr<float>(b), ptr<float>(out), a.size);
+    else ewise_t(bop, cptr<double>(a), cptr<double>(b), ptr<double>(out), a.size);
+}
+
+template <typename T>
+void scalar_t(BinOp op, const T* a, T s, T* out, int64_t n) {
+    with_binop<T>(op, [&](auto c) {
+        constexpr BinOp OP = decltype(c)::value;
+        parallel_for(n, [&](int64_t i) { out[i] = apply<OP, T>(a[i], s); });
+    });
+}
+
+void scalar(const std::string& op, const py::object& a_o, double s, const py::object& out_o) {
+    const char* K = "scalar";
+    BinOp bop = find_binop(K, op, kScalarOps);
+    Buf a = check_buffer(K, "a", a_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, a, "a", out, "out");
+    check_same_size(K, a, "a", out, "out");
+    py::gil_scoped_release nogil;
+    if (a.dtype == DType::f32) scalar_t(bop, cptr<float>(a), static_cast<float>(s), ptr<float>(out), a.size);
+    else scalar_t(bop, cptr<double>(a), s, ptr<double>(out), a.size);
+}
+
+template <typename T>
+void unary_t(UnOp op, const T* a, T* out, int64_t n) {
+    with_unop(op, [&](auto c) {
+        constexpr UnOp OP = decltype(c)::value;
+        parallel_for(n, [&](int64_t i) { out[i] = apply_un<OP, T>(a[i]); });
+    });
+}
+
+void unary(const std::string& op, const py::object& a_o, const py::object& out_o) {
+    const char* K = "unary";
+    const UnOp* found = nullptr;
+    for (const auto& e : kUnaryOps) if (op == e.name) { found = &e.op; break; }
+    if (!found) {
+        std::string names;
+        for (const auto& e : kUnaryOps) names += std::string(names.empty() ? "" : ", ") + e.name;
+        value_error(K, "unknown op '" + op + "'; expected one of: " + names);
+    }
+    Buf a = check_buffer(K, "a", a_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, a, "a", out, "out");
+    check_same_size(K, a, "a", out, "out");
+    py::gil_scoped_release nogil;
+    if (a.dtype == DType::f32) unary_t(*found, cptr<float>(a), ptr<float>(out), a.size);
+    else unary_t(*found, cptr<double>(a), ptr<double>(out), a.size);
+}
+
+void fill(const py::object& out_o, double value) {
+    const char* K = "fill";
+    Buf out = check_buffer(K, "out", out_o, true);
+    py::gil_scoped_release nogil;
+    if (out.dtype == DType::f32) {
+        float* o = ptr<float>(out); const float v = static_cast<float>(value);
+        parallel_for(out.size, [&](int64_t i) { o[i] = v; });
+    } else {
+        double* o = ptr<double>(out);
+        parallel_for(out.size, [&](int64_t i) { o[i] = value; });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// reduce_last: out[r] = op(a[r*n : (r+1)*n])
+
+// Sum with eight independent double accumulators: vectorises, and is far more accurate
+// than one float32 accumulator.
+template <typename T>
+double sum_range(const T* p, int64_t n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(p[i + j]);
+    double s = 0;
+    for (; i < n; ++i) s += static_cast<double>(p[i]);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + s;
+}
+
+template <typename T>
+T max_range(const T* p, int64_t n) {  // n >= 1; NaN wins, like numpy
+    // Eight lanes of compare-and-select (maxps) plus a running sum of x - x, which stays 0
+    // unless some x is NaN or infinite; only then is the range rescanned for a NaN.
+    T m[8], chk[8];
+    for (int j = 0; j < 8; ++j) { m[j] = p[0]; chk[j] = T(0); }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) {
+            const T x = p[i + j];
+            m[j] = x > m[j] ? x : m[j];
+            chk[j] += x - x;
+        }
+    T r = p[0], c = T(0);
+    for (int j = 0; j < 8; ++j) { r = m[j] > r ? m[j] : r; c += chk[j]; }
+    for (; i < n; ++i) { r = p[i] > r ? p[i] : r; c += p[i] - p[i]; }
+    if (c != c)
+        for (int64_t q = 0; q < n; ++q)
+            if (p[q] != p[q]) return p[q];
+    return r;
+}
+
+template <typename T>
+void reduce_t(bool is_sum, const T* a, int64_t n, T* out, int64_t rows) {
+    const int64_t total = rows * n;
+    (void)total;  // only the OpenMP paths use it
+#ifndef MINI_NO_OPENMP
+    if (go_parallel(total) && rows < 4 * static_cast<int64_t>(omp_get_max_threads())) {
+        // Few long rows: split every row across the threads, then combine the partials.
+        for (int64_t r = 0; r < rows; ++r) {
+            const T* row = a + r * n;
+            const int nt = omp_get_max_threads();
+            std::vector<double> psum(nt, 0.0);
+            std::vector<T> pmax(nt, row[0]);
+            std::vector<char> used(nt, 0);
+#pragma omp parallel num_threads(nt)
+            {
+                const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+                const int64_t b = n * t / k, e = n * (t + 1) / k;
+                if (b < e) {
+                    used[t] = 1;
+                    if (is_sum) psum[t] = sum_range(row + b, e - b);
+                    else pmax[t] = max_range(row + b, e - b);
+                }
+            }
+            if (is_sum) {
+                double s = 0;
+                for (double v : psum) s += v;
+                out[r] = static_cast<T>(s);
+            } else {
+                T m = row[0];
+                for (int t = 0; t < nt; ++t) if (used[t]) m = f_max(m, pmax[t]);
+                out[r] = m;
+            }
+        }
+        return;
+    }
+#endif
+    auto one_row = [&](int64_t r) {
+        out[r] = is_sum ? static_cast<T>(sum_range(a + r * n, n)) : max_range(a + r * n, n);
+    };
+#ifndef MINI_NO_OPENMP
+    if (go_parallel(total)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) one_row(r);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; ++r) one_row(r);
+}
+
+void reduce_last(const std::string& op, const py::object& a_o, int64_t n, const py::object& out_o) {
+    const char* K = "reduce_last";
+    bool is_sum;
+    if (op == "sum") is_sum = true;
+    else if (op == "max") is_sum = false;
+    else value_error(K, "unknown op '" + op + "'; expected one of: sum, max");
+    Buf a = check_buffer(K, "a", a_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, a, "a", out, "out");
+    if (n < 0) value_error(K, "n must be >= 0, got " + std::to_string(n));
+    if (mul_overflows(out.size, n) || out.size * n != a.size) {
+        value_error(K, "'a' has " + std::to_string(a.size) + " elements but out.size * n = " +
+                           std::to_string(out.size) + " * " + std::to_string(n) + (mul_overflows(out.size, n) ? "" : " = " + std::to_string(out.size * n)));
+    }
+    if (n == 0 && !is_sum && out.size > 0) {
+        value_error(K, "max over empty rows (n = 0) has no identity");
+    }
+    check_no_overlap(K, a, "a", out);
+    py::gil_scoped_release nogil;
+    if (n == 0) {  // empty sums
+        if (a.dtype == DType::f32) { float* o = ptr<float>(out); for (int64_t i = 0; i < out.size; ++i) o[i] = 0; }
+        else { double* o = ptr<double>(out); for (int64_t i = 0; i < out.size; ++i) o[i] = 0; }
+        return;
+    }
+    if (a.dtype == DType::f32) reduce_t(is_sum, cptr<float>(a), n, ptr<float>(out), out.size);
+    else reduce_t(is_sum, cptr<double>(a), n, ptr<double>(out), out.size);
+}
+
+// ---------------------------------------------------------------------------------------
+// matmul: C(m x n) = A(m x k) @ B(k x n), row-major.
+//
+// Blocked in the style of GotoBLAS / BLIS.  The output is cut into MC x NC tiles, one task
+// each (OpenMP, dynamic schedule), so tasks share nothing.  A task walks k in KC slabs; for
+// each slab it packs its A block (MC x KC, sized for L2) into MR-row micro-panels and its B
+// block (KC x NC) into NR-column micro-panels, then sweeps the micro-kernel over them: one
+// B micro-panel (KC x NR, sized for L1) is reused against every A micro-panel.  The
+// micro-kernel keeps an MR x NR block of C in registers.  Packing pads ragged edges with
+// zeros and the micro-kernel writes back only the valid part, so m, n and k need not be
+// multiples of any tile size.
+//
+// On x86-64 with gcc or clang the tile code is compiled three times (AVX-512, AVX2+FMA,
+// baseline SSE2) with a register tile that fits each, and the fastest one the CPU supports
+// is picked at run time: the build stays portable (no -march=native) yet uses wide vectors.
+
+#if defined(__GNUC__)
+#define MINI_INLINE inline __attribute__((always_inline))
+#else
+#define MINI_INLINE inline
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(MINI_NO_ISA_DISPATCH)
+#define MINI_X86_DISPATCH 1
+#endif
+
+// Block sizes.  A task's rows (MC) are a multiple of 12 and its columns (NC) a multiple of
+// 32, so they nest with every micro-kernel's MR (6 or 12) and NR (4 to 32).  KC keeps one
+// packed B micro-panel (KC x NR) within L1.
+constexpr int64_t kMC = 96;
+constexpr int64_t kMCStep = 12;
+constexpr int64_t kNCStep = 32;
+template <typename T> struct Blocks { static constexpr int64_t KC = 256, NC = 512; };
+template <> struct Blocks<double> { static constexpr int64_t KC = 256, NC = 256; };
+
+template <typename T, int MR>
+MINI_INLINE void pack_a(const T* A, int64_t lda, int64_t mc, int64_t kc, T* Ap) {
+    for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        const int64_t mr = std::min<int64_t>(MR, mc - i0);
+        if (mr == MR) {
+            for (int64_t p = 0; p < kc; ++p)
+                for (int i = 0; i < MR; ++i) Ap[p * MR + i] = A[(i0 + i) * lda + p];
+        } else {
+            for (int64_t p = 0; p < kc; ++p) {
+                for (int64_t i = 0; i < mr; ++i) Ap[p * MR + i] = A[(i0 + i) * lda + p];
+                for (int64_t i = mr; i < MR; ++i) Ap[p * MR + i] = T(0);
+            }
+        }
+        Ap += kc * MR;
+    }
+}
+
+template <typename T, int NR>
+MINI_INLINE void pack_b(const T* B, int64_t ldb, int64_t kc, int64_t nc, T* Bp) {
+    for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+        const int64_t nr = std::min<int64_t>(NR, nc - j0);
+        for (int64_t p = 0; p < kc; ++p) {
+            const T* row = B + p * ldb + j0;
+            if (nr == NR) {
+                for (int j = 0; j < NR; ++j) Bp[p * NR + j] = row[j];
+            } else {
+                for (int64_t j = 0; j < nr; ++j) Bp[p * NR + j] = row[j];
+                for (int64_t j = nr; j < NR; ++j) Bp[p * NR + j] = T(0);
+            }
+        }
+        Bp += kc * NR;
+    }
+}
+
+// C[0:mr, 0:nr] (+)= Ap(MR x kc) * Bp(kc x NR), with the MR x NR block of C held in
+// registers.  With gcc/clang the block is written with explicit vector types of VB bytes
+// (GNU vector extensions: deterministic, unlike relying on the auto-vectoriser); other
+// compilers get the plain loops.
+template <typename T, int MR, int NR, int VB>
+MINI_INLINE void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __restrict Bp, T* __restrict C,
+                              int64_t ldc, int64_t mr, int64_t nr, bool accumulate) {
+#if defined(__GNUC__)
+    typedef T V __attribute__((vector_size(VB)));
+    constexpr int L = VB / static_cast<int>(sizeof(T));
+    constexpr int NV = NR / L;
+    static_assert(NR % L == 0, "NR must be a whole number of vectors");
+    const V zero = {0};
+    V acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = zero;
+    for (int64_t p = 0; p < kc; ++p) {
+        V b[NV];
+        for (int v = 0; v < NV; ++v) std::memcpy(&b[v], Bp + p * NR + v * L, sizeof(V));
+        for (int i = 0; i < MR; ++i) {
+            const V a = Ap[p * MR + i] - zero;  // broadcast (x - 0 == x, even for -0)
+            for (int v = 0; v < NV; ++v) acc[i][v] += a * b[v];
+        }
+    }
+    if (mr == MR && nr == NR) {
+        for (int i = 0; i < MR; ++i) {
+            for (int v = 0; v < NV; ++v) {
+                V c = acc[i][v];
+                if (accumulate) {
+                    V old;
+                    std::memcpy(&old, C + i * ldc + v * L, sizeof(V));
+                    c += old;
+                }
+                std::memcpy(C + i * ldc + v * L, &c, sizeof(V));
+            }
+        }
+        return;
+    }
+    T tmp[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) std::memcpy(&tmp[i][v * L], &acc[i][v], sizeof(V));
+#else
+    T tmp[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) tmp[i][j] = T(0);
+    for (int64_t p = 0; p < kc; ++p) {
+        const T* a = Ap + p * MR;
+        const T* b = Bp + p * NR;
+        for (int i = 0; i < MR; ++i) {
+            const T ai = a[i];
+            for (int j = 0; j < NR; ++j) tmp[i][j] += ai * b[j];
+        }
+    }
+#endif
+    for (int64_t i = 0; i < mr; ++i)
+        for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = accumulate ? C[i * ldc + j] + tmp[i][j] : tmp[i][j];
+}
+
+// One task: C[ic:ic+mc, jc:jc+nc] = A[ic:ic+mc, :] @ B[:, jc:jc+nc].
+template <typename T, int MR, int NR, int VB>
+MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t n, int64_t ic, int64_t mc, int64_t jc,
+                           int64_t nc, T* Ap, T* Bp) {
+    static_assert(kMCStep % MR == 0 && kNCStep % NR == 0, "tiles must nest");
+    constexpr int64_t KC = Blocks<T>::KC;
+    for (int64_t pc = 0; pc < k; pc += KC) {
+        const int64_t kc = std::min<int64_t>(KC, k - pc);
+        pack_a<T, MR>(A + ic * k + pc, k, mc, kc, Ap);
+        pack_b<T, NR>(B + pc * n + jc, n, kc, nc, Bp);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t nr = std::min<int64_t>(NR, nc - jr);
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+                const int64_t mr = std::min<int64_t>(MR, mc - ir);
+                micro_kernel<T, MR, NR, VB>(kc, Ap + (ir / MR) * kc * MR, Bp + (jr / NR) * kc * NR,
+                                        C + (ic + ir) * n + jc + jr, n, mr, nr, pc > 0);
+            }
+        }
+    }
+}
+
+template <typename T>
+using TileFn = void (*)(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, T*, T*);
+
+#define MINI_TILE_ARGS(T) const T *A, const T *B, T *C, int64_t k, int64_t n, int64_t ic, int64_t mc, int64_t jc, \
+                          int64_t nc, T *Ap, T *Bp
+#define MINI_TILE_PASS A, B, C, k, n, ic, mc, jc, nc, Ap, Bp
+
+void tile_f32_base(MINI_TILE_ARGS(float)) { gemm_tile<float, 6, 8, 16>(MINI_TILE_PASS); }
+void tile_f64_base(MINI_TILE_ARGS(double)) { gemm_tile<double, 6, 4, 16>(MINI_TILE_PASS); }
+#ifdef MINI_X86_DISPATCH
+__attribute__((target("avx2,fma"))) void tile_f32_avx2(MINI_TILE_ARGS(float)) {
+    gemm_tile<float, 6, 16, 32>(MINI_TILE_PASS);
+}
+__attribute__((target("avx2,fma"))) void tile_f64_avx2(MINI_TILE_ARGS(double)) {
+    gemm_tile<double, 6, 8, 32>(MINI_TILE_PASS);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void tile_f32_avx512(MINI_TILE_ARGS(float)) {
+    gemm_tile<float, 12, 32, 64>(MINI_TILE_PASS);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void tile_f64_avx512(MINI_TILE_ARGS(double)) {
+    gemm_tile<double, 12, 16, 64>(MINI_TILE_PASS);
+}
+#endif
+
+// Largest MR / NR of any variant, to size the packing buffers.
+constexpr int64_t kMaxNR = 32;
+
+std::vector<std::string> supported_isas() {
+    std::vector<std::string> isas{"base"};
+#ifdef MINI_X86_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isas.push_back("avx2");
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        isas.push_back("avx512");
+#endif
+    return isas;
+}
+
+std::string g_matmul_isa;  // chosen once, at import (the GIL serialises set_matmul_isa)
+
+void set_matmul_isa(const std::string& isa) {
+    auto isas = supported_isas();
+    std::string chosen = isa;
+    if (isa.empty() || isa == "auto") chosen = isas.back();
+    if (std::find(isas.begin(), isas.end(), chosen) == isas.end()) {
+        std::string names;
+        for (const auto& s : isas) names += (names.empty() ? "" : ", ") + s;
+        value_error("matmul", "instruction set '" + isa + "' is not available on this CPU/build; available: auto, " + names);
+    }
+    g_matmul_isa = chosen;
+}
+
+template <typename T> TileFn<T> pick_tile();
+template <> TileFn<float> pick_tile<float>() {
+#ifdef MINI_X86_DISPATCH
+    if (g_matmul_isa == "avx512") return tile_f32_avx512;
+    if (g_matmul_isa == "avx2") return tile_f32_avx2;
+#endif
+    return tile_f32_base;
+}
+template <> TileFn<double> pick_tile<double>() {
+#ifdef MINI_X86_DISPATCH
+    if (g_matmul_isa == "avx512") return tile_f64_avx512;
+    if (g_matmul_isa == "avx2") return tile_f64_avx2;
+#endif
+    return tile_f64_base;
+}
+
+// m == 1: C(1 x n) = a(k) @ B(k x n), a sum of scaled rows of B (split over columns).
+// n == 1: C(m) = A(m x k) @ b(k), one dot product per row (split over rows).
+template <typename T>
+void gemv(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n) {
+    if (m == 1) {
+        parallel_chunks(n * std::max<int64_t>(k / 32, 1), [&](int64_t b, int64_t e) {
+            const int64_t scale = std::max<int64_t>(k / 32, 1);
+            const int64_t j0 = b / scale, j1 = e / scale;  // columns [j0, j1) are this chunk's
+            if (j0 >= j1) return;
+            T* c = C + j0;
+            for (int64_t j = 0; j < j1 - j0; ++j) c[j] = T(0);
+            for (int64_t p = 0; p < k; ++p) {
+                const T ap = A[p];
+                const T* row = B + p * n + j0;
+                for (int64_t j = 0; j < j1 - j0; ++j) c[j] += ap * row[j];
+            }
+        });
+        return;
+    }
+    // n == 1
+    parallel_chunks(m * std::max<int64_t>(k / 32, 1), [&](int64_t b, int64_t e) {
+        const int64_t scale = std::max<int64_t>(k / 32, 1);
+        for (int64_t i = b / scale; i < e / scale; ++i) {
+            const T* row = A + i * k;
+            T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t p = 0;
+            for (; p + 8 <= k; p += 8)
+                for (int l = 0; l < 8; ++l) acc[l] += row[p + l] * B[p + l];
+            T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            for (; p < k; ++p) s += row[p] * B[p];
+            C[i] = s;
+        }
+    });
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+template <typename T>
+void matmul_t(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n, TileFn<T> tile) {
+    constexpr int64_t KC = Blocks<T>::KC;
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        parallel_for(m * n, [&](int64_t i) { C[i] = T(0); });
+        return;
+    }
+    if (m == 1 || n == 1) {  // matrix-vector products: packing would waste most of the tile
+        gemv(A, B, C, m, k, n);
+        return;
+    }
+    // Task blocks: as large as the caches allow, shrunk (down to 12 x 32) while there are
+    // fewer than two tasks per thread, so small and skinny products still use every core.
+    int64_t mc = std::min(kMC, round_up(m, kMCStep));
+    int64_t nc = std::min(Blocks<T>::NC, round_up(n, kNCStep));
+    bool par = false;
+#ifndef MINI_NO_OPENMP
+    // Work counted in multiply-adds / 32, so the element threshold means ~1M multiply-adds.
+    par = go_parallel(m * n * std::min<int64_t>(k, int64_t(1) << 20) / 32);
+    if (par) {
+        const int64_t want = 2 * static_cast<int64_t>(omp_get_max_threads());
+        while (ceil_div(m, mc) * ceil_div(n, nc) < want) {
+            if (nc >= 4 * kNCStep) nc = round_up(nc / 2, kNCStep);
+            else if (mc >= 2 * kMCStep) mc = round_up(mc / 2, kMCStep);
+            else if (nc >= 2 * kNCStep) nc = round_up(nc / 2, kNCStep);
+            else break;
+        }
+    }
+#endif
+    const int64_t row_tiles = ceil_div(m, mc), col_tiles = ceil_div(n, nc);
+    const int64_t tasks = row_tiles * col_tiles;
+    const size_t a_len = static_cast<size_t>(mc * KC);
+    const size_t b_len = static_cast<size_t>((nc + kMaxNR) * KC);
+    auto run = [&](int64_t t, T* Ap, T* Bp) {
+        const int64_t ic = (t / col_tiles) * mc, jc = (t % col_tiles) * nc;
+        tile(A, B, C, k, n, ic, std::min(mc, m - ic), jc, std::min(nc, n - jc), Ap, Bp);
+    };
+#ifndef MINI_NO_OPENMP
+    if (par && tasks > 1) {
+#pragma omp parallel
+        {
+            std::vector<T> Ap(a_len), Bp(b_len);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < tasks; ++t) run(t, Ap.data(), Bp.data());
+        }
+        return;
+    }
+#endif
+    (void)par;
+    std::vector<T> Ap(a_len), Bp(b_len);
+    for (int64_t t = 0; t < tasks; ++t) run(t, Ap.data(), Bp.data());
+}
+
+void matmul(const py::object& a_o, const py::object& b_o, const py::object& out_o, int64_t m, int64_t k, int64_t n) {
+    const char* K = "matmul";
+    Buf a = check_buffer(K, "a", a_o, false);
+    Buf b = check_buffer(K, "b", b_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, a, "a", b, "b");
+    check_same_dtype(K, a, "a", out, "out");
+    if (m < 0 || k < 0 || n < 0) {
+        value_error(K, "m, k, n must be >= 0, got m=" + std::to_string(m) + ", k=" + std::to_string(k) +
+                           ", n=" + std::to_string(n));
+    }
+    auto expect = [&](const Buf& x, const char* name, int64_t r, int64_t c, const char* rn, const char* cn) {
+        if (mul_overflows(r, c) || r * c != x.size) {
+            value_error(K, std::string("'") + name + "' has " + std::to_string(x.size) + " elements but " + rn + " x " +
+                               cn + " = " + std::to_string(r) + " x " + std::to_string(c) +
+                               (mul_overflows(r, c) ? "" : " = " + std::to_string(r * c)));
+        }
+    };
+    expect(a, "a", m, k, "m", "k");
+    expect(b, "b", k, n, "k", "n");
+    expect(out, "out", m, n, "m", "n");
+    check_no_overlap(K, a, "a", out);
+    check_no_overlap(K, b, "b", out);
+    if (a.dtype == DType::f32) {
+        TileFn<float> tile = pick_tile<float>();
+        py::gil_scoped_release nogil;
+        matmul_t(cptr<float>(a), cptr<float>(b), ptr<float>(out), m, k, n, tile);
+    } else {
+        TileFn<double> tile = pick_tile<double>();
+        py::gil_scoped_release nogil;
+        matmul_t(cptr<double>(a), cptr<double>(b), ptr<double>(out), m, k, n, tile);
+    }
+}
+
+std::string compiler() {
+#if defined(__clang__)
+    return std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+    return std::string("gcc ") + __VERSION__;
+#elif defined(_MSC_VER)
+    return "msvc " + std::to_string(_MSC_VER);
+#else
+    return "unknown";
+#endif
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cpu, m) {
+    m.doc() =
+        "mini's cpu backend: C++ kernels (OpenMP where the compiler has it) on flat, C-contiguous "
+        "float32/float64 numpy buffers.  Every kernel writes into a caller-allocated 'out'.";
+    m.attr("PARALLEL_THRESHOLD") = kParallelThreshold;
+#ifdef MINI_HAVE_ATFORK
+    pthread_atfork(nullptr, nullptr, mark_forked_child);
+#endif
+
+    m.def("openmp_enabled", []() {
+#ifndef MINI_NO_OPENMP
+        return true;
+#else
+        return false;
+#endif
+    }, "True when the module was built with OpenMP.");
+    m.def("max_threads", &max_threads,
+          "Threads a parallel kernel uses: omp_get_max_threads(), or 1 without OpenMP and in a forked child.");
+    m.def("compiler", &compiler, "The compiler that built the module.");
+
+    m.def("compact", &compact, py::arg("src"), py::arg("shape"), py::arg("strides"), py::arg("offset"), py::arg("out"),
+          "out[i] = src[offset + sum_k idx_k * strides_k], idx running over `shape` in row-major order.\n"
+          "Strides are in elements and may be zero or negative; every reachable index is checked.");
+    m.def("ewise", &ewise, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out"),
+          "out = op(a, b) elementwise. op: add sub mul div maximum minimum pow eq ne lt le gt ge\n"
+          "(comparisons write 1.0 / 0.0). `out` may be `a` or `b`.");
+    m.def("scalar", &scalar, py::arg("op"), py::arg("a"), py::arg("s"), py::arg("out"),
+          "out = op(a, s). op: add sub rsub(s - a) mul div rdiv(s / a) maximum minimum pow eq ne lt le gt ge.");
+    m.def("unary", &unary, py::arg("op"), py::arg("a"), py::arg("out"),
+          "out = op(a). op: neg exp log sqrt sin cos tanh abs relu sigmoid sign erf.");
+    m.def("reduce_last", &reduce_last, py::arg("op"), py::arg("a"), py::arg("n"), py::arg("out"),
+          "out[r] = op(a[r*n:(r+1)*n]) for op in sum, max; a.size must be out.size * n.");
+    m.def("matmul", &matmul, py::arg("a"), py::arg("b"), py::arg("out"), py::arg("m"), py::arg("k"), py::arg("n"),
+          "out(m x n) = a(m x k) @ b(k x n), all row-major flat buffers; cache-blocked, OpenMP over tiles.");
+    set_matmul_isa("auto");
+    m.def("matmul_isa", []() { return g_matmul_isa; },
+          "The instruction set of the matmul micro-kernel in use: avx512, avx2 or base.");
+    m.def("supported_isas", &supported_isas, "Micro-kernel instruction sets this CPU and build support.");
+    m.def("set_matmul_isa", &set_matmul_isa, py::arg("isa"),
+          "Choose the matmul micro-kernel ('auto', or one of supported_isas()); for tests and benchmarks.");
+    m.def("fill", &fill, py::arg("out"), py::arg("value"), "out[:] = value.");
+}
