@@ -14,6 +14,7 @@ from mini.ops import *  # noqa: F401,F403  (tensor, zeros, add, matmul, ...)
 from mini.ops import creation as _creation
 from mini.random import manual_seed, get_rng_state, set_rng_state
 from mini import exercises
+from mini.serialization import save, load
 
 float = float32  # noqa: A001  (mini.float, as torch.float)
 double = float64

@@ -169,6 +169,17 @@ def _check_id(slot_id: str) -> None:
         raise ValueError(f"exercise ids look like '03.compact_strides', got {slot_id!r}")
 
 
+# Modules that own slots but are not imported by ``import mini`` (they load lazily).
+_LAZY_OWNERS = ("mini.ops.conv", "mini.backends.cpu.exercises", "mini.nn.discovery",
+                "mini.nn.he_init", "mini.nn.modules.normalization", "mini.nn.modules.dropout",
+                "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
+                "mini.utils.train_state")
+
+
 def _import_owner_modules() -> None:
-    # Slots are declared where they are used; importing mini declares all of them.
+    # Slots are declared where they are used; importing mini declares most of them.
+    import importlib
+
     import mini  # noqa: F401
+    for name in _LAZY_OWNERS:
+        importlib.import_module(name)

@@ -8,9 +8,8 @@ family (uniform/normal, fan_in/fan_out, every gain); this is the one a ReLU netw
 """
 from __future__ import annotations
 
-from mini.autograd import grad_mode
+import mini
 from mini.exercises import exercise
-from mini.ops import creation as _C
 
 __all__ = ["kaiming_normal_"]
 
@@ -33,7 +32,7 @@ def kaiming_normal_(tensor, mode="fan_in"):
         receptive *= s
     fan = (tensor.shape[1] if mode == "fan_in" else tensor.shape[0]) * receptive
     std = (2.0 / fan) ** 0.5
-    with grad_mode.no_grad():
-        tensor.copy_(_C.randn(*tensor.shape, dtype=tensor.dtype) * std)
+    with mini.no_grad():
+        tensor.copy_(mini.randn(*tensor.shape, dtype=tensor.dtype) * std)
     return tensor
     ### END SOLUTION

@@ -182,3 +182,29 @@ def test_at_least_ten_catalogued_mistakes_covering_the_issue():
                  "checkpoint missing optimizer state", "checkpoint missing RNG state",
                  "non-atomic save"):
         assert must in names, must
+
+
+def test_training_memory_model_matches_what_mini_holds():
+    from mini.napkin.training import adam_step_bytes, mlp_saved_per_sample, training_memory
+    from mini.nn.losses import cross_entropy
+    from mini.optim.adam import AdamW
+    mlp = _seed_mlp()
+    n = sum(p.numel() for p in mlp.parameters())
+    model = training_memory(n, optimizer="adamw", batch=32,
+                            saved_per_sample=mlp_saved_per_sample([784, 128, 10]))
+    assert model["weights"] + model["gradients"] + model["optimizer"] == 16 * n
+    assert adam_step_bytes(n) == 2_849_560
+    loss = cross_entropy(mlp(mini.randn(32, 784)), mini.randint(0, 10, (32,)))
+    own = {id(p._data.storage) for p in mlp.parameters()}
+    seen, stack, saved = set(), [loss.grad_fn], {}
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for t in (node._saved or ()):
+            if hasattr(t, "_data") and id(t._data.storage) not in own:
+                saved[id(t._data.storage)] = t._data.storage.nbytes
+        stack.extend(fn for fn, _ in node.next_functions)
+    measured = sum(saved.values())
+    assert abs(measured / model["activations"] - 1) < 0.05, (measured, model["activations"])

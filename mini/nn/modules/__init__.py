@@ -4,7 +4,11 @@ from mini.nn.modules.activation import ReLU, Sigmoid, Tanh, GELU, Softmax, LogSo
 from mini.nn.modules.flatten import Flatten
 from mini.nn.modules.container import Sequential, ModuleList, ModuleDict
 from mini.nn.modules.loss import MSELoss, L1Loss, NLLLoss, CrossEntropyLoss
+from mini.nn.modules.conv import Conv2d, MaxPool2d
+from mini.nn.modules.normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from mini.nn.modules.dropout import Dropout
 
 __all__ = ["Identity", "Linear", "ReLU", "Sigmoid", "Tanh", "GELU", "Softmax", "LogSoftmax",
            "Flatten", "Sequential", "ModuleList", "ModuleDict", "MSELoss", "L1Loss", "NLLLoss",
-           "CrossEntropyLoss"]
+           "CrossEntropyLoss", "Conv2d", "MaxPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
+           "Dropout"]

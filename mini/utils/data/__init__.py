@@ -1,0 +1,11 @@
+"""Datasets and loaders (``mini.utils.data``, as ``torch.utils.data``).
+
+``Dataset`` (map-style: ``len`` and ``ds[i]``), ``TensorDataset``, ``random_split``,
+``DataLoader`` (batching, seeded shuffling that a checkpoint can resume mid-epoch,
+``drop_last``, ``collate_fn``, worker processes with prefetch) and, in
+:mod:`mini.utils.data.datasets`, the embedded digits and an MNIST IDX reader.
+"""
+from mini.utils.data.dataset import Dataset, TensorDataset, Subset, random_split
+from mini.utils.data.dataloader import DataLoader, default_collate
+
+__all__ = ["Dataset", "TensorDataset", "Subset", "random_split", "DataLoader", "default_collate"]
