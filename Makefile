@@ -89,8 +89,10 @@ lab: $(STAMP) workspace
 	echo "Opening JupyterLab on $$dir/ (stop it with Ctrl-C)"; \
 	$(RUN) exec $(VBIN)/jupyter lab --ServerApp.root_dir="$$dir" $$root $(LAB_ARGS)
 
+# One BLAS thread per test worker: with -n 2 on 2 cores, a multi-threaded BLAS in each
+# worker oversubscribes the machine and a 0.1 ms matrix product can take 15 ms.
 test: $(TEST_DEPS)
-	$(RUN) $(VPY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(RUN) OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(VPY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

@@ -649,7 +649,8 @@ def check_matmul_vjp(fn):
         wrong_a = [(_mm(g64, b64), "grad_a = grad @ bᵀ: transpose b (the last two axes)"),
                    (_mm(_T(b64), g64), "grad_a = grad @ bᵀ: the order of the factors matters"),
                    (_mm(b64, _T(g64)), "grad_a = grad @ bᵀ, not its transpose"),
-                   (_T(exp_a), "grad_a is transposed: it must have a's shape, grad_a = grad @ bᵀ")]
+                   (_T(exp_a), "grad_a is transposed: it must have a's shape, grad_a = grad @ bᵀ"),
+                   (exp_b, "the two gradients are swapped: return (grad_a, grad_b) in that order")]
         wrong_b = [(_mm(a64, g64), "grad_b = aᵀ @ grad: transpose a (the last two axes)"),
                    (_mm(g64, _T(a64)), "grad_b = aᵀ @ grad: the order of the factors matters"),
                    (_T(exp_b), "grad_b is transposed: it must have b's shape, grad_b = aᵀ @ grad")]
@@ -816,7 +817,11 @@ def check_seed_gradient(fn):
     for shape, dtype in [((), np.float32), ((), np.float64), ((1,), np.float32), ((1, 1), np.float64)]:
         out = _tensor(np.full(shape, gen.uniform(-3, 3)).astype(dtype), requires_grad=True)
         what = f"seed_gradient(output of shape {_shape_text(shape)} {np.dtype(dtype)}, None)"
-        got = _read(_call(fn, out, None, label=what), what, shape=shape, dtype=dtype,
+        got = _call(fn, out, None, label=what)
+        if type(got) in (int, float):
+            fail(f"{what} should return a mini Tensor shaped like the output, got the number "
+                 f"{got!r}: use mini.ones_like(output)")
+        got = _read(got, what, shape=shape, dtype=dtype,
                     hint_shape="the seed has the output's shape (mini.ones_like(output))")
         if not np.array_equal(got, np.ones(shape)):
             if np.all(got == 0):

@@ -48,21 +48,22 @@ def numerical_jacobian(fn, inputs, eps: float = 1e-6):
     """For each differentiable input, an array of shape (input.numel(), output.numel())."""
     from mini.autograd.tensor import Tensor
     jacobians = []
-    with grad_mode.no_grad():
-        for t in inputs:
-            if not (isinstance(t, Tensor) and t.requires_grad):
-                continue
-            view = t._data.to_numpy_view()  # writes go into t's own buffer
-            original = view.copy()
+    # fn runs with grad mode as the caller has it: fn may itself differentiate (gradgradcheck).
+    # The perturbations go through a numpy view, so they are never recorded.
+    for t in inputs:
+        if not (isinstance(t, Tensor) and t.requires_grad):
+            continue
+        view = t._data.to_numpy_view()  # writes go into t's own buffer
+        original = view.copy()
 
-            def f(x_flat, view=view):
-                view[...] = x_flat.reshape(view.shape)
-                return _flat_output(fn(*inputs))
+        def f(x_flat, view=view):
+            view[...] = x_flat.reshape(view.shape)
+            return _flat_output(fn(*inputs))
 
-            try:
-                jacobians.append(central_difference(f, original.reshape(-1).astype(np.float64), eps))
-            finally:
-                view[...] = original
+        try:
+            jacobians.append(central_difference(f, original.reshape(-1).astype(np.float64), eps))
+        finally:
+            view[...] = original
     return jacobians
 
 

@@ -171,7 +171,8 @@ class NDArray:
 
     def reshape(self, shape) -> "NDArray":
         """A view when the strides allow it, otherwise a compact copy reshaped."""
-        shape = S.infer_shape(shape, self.size, self.shape)
+        shape = S.infer_shape((shape,) if isinstance(shape, numbers.Integral) else shape,
+                              self.size, self.shape)
         if shape == self.shape:
             return self
         strides = S.reshape_strides(self.shape, self.strides, shape)
@@ -181,7 +182,8 @@ class NDArray:
 
     def view(self, shape) -> "NDArray":
         """Like reshape, but raises instead of copying."""
-        shape = S.infer_shape(shape, self.size, self.shape)
+        shape = S.infer_shape((shape,) if isinstance(shape, numbers.Integral) else shape,
+                              self.size, self.shape)
         strides = S.reshape_strides(self.shape, self.strides, shape)
         if strides is None:
             raise RuntimeError(

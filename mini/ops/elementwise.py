@@ -30,7 +30,8 @@ def _binary(op: str, a, b):
 def add_vjp(grad, a, b):
     """Vector-Jacobian product of ``out = a + b``: the gradients of a and b given ``grad``
     (dL/d out).  Returns ``(grad_a, grad_b)`` shaped like ``out``; the caller sums them
-    back to each input's shape (exercise 02.unbroadcast)."""
+    back to each input's shape (exercise 02.unbroadcast).  The rule needs neither input,
+    so mini passes None for ``a`` and ``b``."""
     ### BEGIN SOLUTION
     return grad, grad
     ### END SOLUTION

@@ -31,8 +31,8 @@ def sum_vjp(grad, input_shape, axes, keepdim):
     sum, so its gradient is the gradient of that sum.  Return ``grad`` broadcast back to
     ``input_shape`` (``axes`` is a sorted tuple of non-negative axes)."""
     ### BEGIN SOLUTION
-    if not keepdim:
-        grad = grad.reshape(_keepdim_shape(input_shape, axes))
+    if not keepdim:  # put the reduced axes back as length-1 axes, then broadcast
+        grad = grad.reshape(tuple(1 if i in axes else d for i, d in enumerate(input_shape)))
     return grad.expand(input_shape)
     ### END SOLUTION
 
@@ -230,6 +230,8 @@ def argmin(a, dim=None, keepdim=False):
 
 def logsumexp(a, dim, keepdim=False):
     """log(sum(exp(a))) computed stably: subtract the max first, so exp never overflows."""
+    if a.numel() == 0:  # log of an empty sum is log(0) = -inf
+        return (a.exp().sum(dim, keepdim=keepdim)).log()
     m = amax(a, dim, keepdim=True).detach()
     # A row of -inf (or a +inf) would give inf - inf = nan: shift such rows by 0 instead.
     from mini.ops.elementwise import where, isfinite

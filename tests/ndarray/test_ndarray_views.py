@@ -6,7 +6,6 @@ the view must share the base's Storage.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -18,7 +17,6 @@ from contextlib import contextmanager
 from mini import exercises
 from mini.ndarray import NDArray, Storage, track_allocations
 from mini.ndarray import _numpy_fallbacks as F
-from mini.ndarray import strides as S
 from nd_helpers import (assert_same_values, base_pair, basic_indices, broadcast_targets,
                         np_index, permutations, positions, reshape_targets, shapes)
 
