@@ -27,9 +27,8 @@ CPU_SOURCES := $(wildcard mini/backends/cpu/*.cpp mini/backends/cpu/*.h mini/bac
 # and Jupyter should find the venv's kernel.
 RUN := PATH="$(CURDIR)/$(VBIN):$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 
-# What `make lab` opens.  The learner workspace hook (`make workspace`) will point this
-# at the learner's workspace once `mini-course workspace` exists.
-LAB_DIR ?= course
+# What `make lab` opens: empty means the learner's workspace (see the `workspace` target).
+LAB_DIR ?=
 LAB_ARGS ?=
 
 # `make test` runs the suite on this many workers (pytest-xdist); PYTEST_ARGS adds more.
@@ -77,14 +76,16 @@ $(TORCH_STAMP): Makefile | $(STAMP)
 
 # Hook for the learner workspace (filled in by the grading-loop work): if the course CLI
 # has a `workspace` command, it prepares the learner's workspace before Lab opens.
+# The learner's workspace: the student version of every chapter (solutions stripped, hidden
+# tests removed, the chapter's student copy of mini beside each notebook), made on first run
+# in workspace/ (git-ignored) and never overwritten, so work survives re-runs and git pull;
+# chapters added later appear on the next run.  Authors and instructors: make lab LAB_DIR=course
 workspace: $(STAMP)
-	@if [ -x $(VBIN)/mini-course ] && $(RUN) $(VBIN)/mini-course workspace --help >/dev/null 2>&1; then \
-	  $(RUN) $(VBIN)/mini-course workspace; \
-	fi
+	@$(RUN) $(VBIN)/mini-course workspace >/dev/null
 
-lab: $(STAMP) workspace
+lab: $(STAMP)
 	@dir="$(LAB_DIR)"; \
-	if [ ! -d "$$dir" ]; then echo "make lab: '$$dir' does not exist yet; opening the repository root"; dir=.; fi; \
+	if [ -z "$$dir" ]; then dir=$$($(RUN) $(VBIN)/mini-course workspace) || exit 1; fi; \
 	root=""; if [ "$$(id -u)" = 0 ]; then root="--allow-root"; fi; \
 	echo "Opening JupyterLab on $$dir/ (stop it with Ctrl-C)"; \
 	$(RUN) exec $(VBIN)/jupyter lab --ServerApp.root_dir="$$dir" $$root $(LAB_ARGS)

@@ -45,7 +45,7 @@ def _cmd_init(a) -> int:
 
 def _cmd_release(a) -> int:
     from grader.course import release
-    release(a.chapter, a.course_dir)
+    release(a.chapter, a.course_dir, refresh=a.refresh)
     return 0
 
 
@@ -130,7 +130,8 @@ def _cmd_check(a) -> int:
 
 def _cmd_workspace(a) -> int:
     from grader.course import workspace
-    workspace(a.dir)
+    path = workspace(a.dir, log=lambda msg: print(msg, file=sys.stderr))
+    print(path)  # the only line on stdout: `WS=$(mini-course workspace)`
     return 0
 
 
@@ -179,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("release", help="generate the student version of a chapter")
     s.add_argument("chapter")
+    s.add_argument("--refresh", action="store_true",
+                   help="first re-copy source/<chapter> from the repository's course/ and mini "
+                        "(the old one is backed up)")
     course_opt(s)
     s.set_defaults(func=_cmd_release)
 
@@ -213,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=int, default=120, help="seconds per cell")
     s.set_defaults(func=_cmd_check)
 
-    s = sub.add_parser("workspace", help="create/extend the learner's workspace; prints its path")
+    s = sub.add_parser("workspace", help="create/extend the learner's workspace; prints its "
+                                         "path on stdout (progress goes to stderr)")
     s.add_argument("--dir", default=None, help="default: workspace/ at the repository root")
     s.set_defaults(func=_cmd_workspace)
 

@@ -42,6 +42,10 @@ CHAPTER_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
 STUDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 RUN_CHECK_RE = re.compile(r"""run_check\(\s*(["'])(\d\d\.[A-Za-z0-9_]+)\1""")
 STATE_DIR = ".mini-grader"
+# Never copied from course/<chapter>/ into a course: build scripts (they hold the answers),
+# caches, and any stray mini/ or grader/ folder.
+CHAPTER_IGNORE = (".ipynb_checkpoints", "__pycache__", "*.pyc", "mini", "grader", STATE_DIR,
+                  "build_*.py", "workspace")
 COURSE_FILE = ".mini-course.json"
 # Copied from a submission into the grading folder never (besides nbgrader's defaults):
 # packages that would shadow the grader's own imports in the kernel.
@@ -164,6 +168,8 @@ def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
     (create the gradebook).  Returns nbgrader's ``{"success", "log", "error"}``."""
     _ensure_path()
     import logging
+    import warnings
+    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's SAWarning noise
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
@@ -218,6 +224,7 @@ c.CourseDirectory.ignore = {ignore!r}
 # the kernel is restarted, the earlier cells are replayed and grading goes on.
 c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
+c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]  # quiet kernels
 c.ResilientExecute.memory_limit = {kernel_memory!r}
 c.Autograde.autograde_preprocessors = [
     "grader.preprocessors.ResilientExecute",
@@ -245,9 +252,7 @@ c.GenerateFeedback.preprocessors = [
 
 def _copy_chapter(course_src: Path, chapter: str, dest: Path, mini_src: Path) -> list[str]:
     """``dest`` (must not exist) = course/<chapter> (notebooks, data) + the student mini."""
-    shutil.copytree(course_src / chapter, dest,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc",
-                                                  "mini", "grader", STATE_DIR))
+    shutil.copytree(course_src / chapter, dest, ignore=shutil.ignore_patterns(*CHAPTER_IGNORE))
     return strip_package(mini_src, dest / "mini", chapter_number(chapter))
 
 
@@ -328,13 +333,20 @@ def _chapter_in_course(course_dir: Path, arg: str) -> str:
         return resolve_chapter(arg, list_chapters(src))
 
 
-def release(chapter_arg: str, course_dir: str | Path | None = None, log=print) -> Path:
+def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: bool = False,
+            log=print) -> Path:
     """nbgrader generate_assignment for the chapter (solutions stripped, hidden tests
     removed, the student mini alongside); returns ``release/<chapter>``.  A chapter added to
-    course/ after ``init`` is copied into source/ first.  Fails if the release leaks."""
+    course/ after ``init`` is copied into source/ first; ``refresh`` re-copies it from course/
+    and mini (the old source/<chapter> is backed up).  Fails if the release leaks."""
     course_dir = _course_paths(course_dir)
     chapter = _chapter_in_course(course_dir, chapter_arg)
     source = course_dir / "source" / chapter
+    if refresh and source.exists():
+        backup = course_dir / STATE_DIR / "backup" / _timestamp() / "source"
+        backup.mkdir(parents=True)
+        shutil.move(str(source), str(backup / chapter))
+        log(f"backed up source/{chapter} -> {backup.relative_to(course_dir) / chapter}")
     if not source.exists():
         cfg = course_config(course_dir)
         _copy_chapter(Path(cfg["course_src"]), chapter, source, Path(cfg["mini_src"]))
@@ -667,6 +679,10 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
     outside the kernel (``recheck``).  Returns ``{student: (score, max_score)}``."""
     course_dir = _course_paths(course_dir)
     chapter = _chapter_in_course(course_dir, chapter_arg)
+    with _gradebook(course_dir) as gb:
+        if chapter not in {a.name for a in gb.assignments}:
+            raise CourseError(f"{chapter} has not been released yet: run `mini-course release "
+                              f"{chapter}` first")
     students = [student] if student else _submitted_students(course_dir, chapter)
     if student and not (course_dir / "submitted" / student / chapter).is_dir():
         raise CourseError(f"no submission of {chapter} by {student!r} in submitted/")
@@ -689,6 +705,8 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
                                 + _nbgrader_errors(result))
             if recheck and (course_dir / "autograded" / s / chapter).is_dir():
                 reconcile(course_dir, chapter, s, payload_dir, log=log)
+        except Exception as e:  # noqa: BLE001 - one broken submission must not stop the rest
+            failures.append(f"{s}: grading failed: {type(e).__name__}: {e}")
         finally:
             shutil.rmtree(payload_dir, ignore_errors=True)
     scores = _total_scores(course_dir, chapter, students)
@@ -772,7 +790,7 @@ def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = Non
             tmp_src.mkdir()
             for ch in todo:
                 shutil.copytree(course_src / ch, tmp_src / ch,
-                                ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+                                ignore=shutil.ignore_patterns(*CHAPTER_IGNORE))
             init_course(tmp_course, course_src=tmp_src, mini_src=mini_src, log=lambda *_: None)
             for ch in todo:
                 rel = release(ch, tmp_course, log=lambda *_: None)
@@ -785,5 +803,4 @@ def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = Non
                         if not (dest / nb.name).exists():
                             shutil.copy2(nb, dest / nb.name)
                             log(f"added {dest / nb.name}")
-    log(str(ws))
     return ws

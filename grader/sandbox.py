@@ -100,7 +100,7 @@ def serialize(student_fn: Callable, local_dir: str | os.PathLike | None = None) 
             path = Path(file).resolve()
         except (OSError, RuntimeError):
             continue
-        if local in path.parents and "site-packages" not in path.parts and "." not in name:
+        if local in path.parents and "site-packages" not in path.parts:
             try:
                 cloudpickle.register_pickle_by_value(module)
                 registered.append(module)

@@ -60,8 +60,10 @@ def _test_cells(nb) -> dict[str, object]:
 def _error_text(cell) -> str:
     for o in cell.get("outputs", []):
         if o.get("output_type") == "error":
-            ev = str(o.get("evalue", "")).strip()
-            return f"{o.get('ename', 'Error')}: {ev}" if ev else str(o.get("ename", "Error"))
+            ename, ev = str(o.get("ename", "Error")), str(o.get("evalue", "")).strip()
+            if ename == "NotImplementedError" and not ev:
+                return "not implemented yet: write your answer in its cell and run it"
+            return f"{ename}: {ev}" if ev else ename
     return ""
 
 

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 COURSE = REPO / "course"
 
 __all__ = ["REPO", "COURSE", "chapters_with_notebooks", "GradedChapter", "grade_chapter",
-           "CellError", "execute_notebook", "test_cells", "quiet"]
+           "graded_once", "CellError", "execute_notebook", "test_cells", "quiet"]
 
 
 def quiet(*_args, **_kwargs) -> None:
@@ -82,6 +83,43 @@ def grade_chapter(tmp: Path, chapter: str, *, course_src: Path = COURSE,
             graded.scores.setdefault(row["student"], {})[row["grade_id"]] = (
                 row["score"], row["max_score"])
     return graded
+
+
+def graded_once(key: str, tmp_path_factory, **kwargs) -> GradedChapter:
+    """:func:`grade_chapter` done once per test session, even with pytest-xdist: the first
+    worker that needs ``key`` grades it under a file lock in the session's shared temp
+    folder, the others wait and read the result.  ``kwargs`` go to :func:`grade_chapter`
+    (``chapter`` is required)."""
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by all workers of this session
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in key)
+    lock_path, done = root / f"graded-{safe}.lock", root / f"graded-{safe}.json"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if done.exists():
+                data = json.loads(done.read_text())
+                return GradedChapter(Path(data["course_dir"]), data["chapter"],
+                                     Path(data["release_dir"]),
+                                     {s: {g: tuple(v) for g, v in cells.items()}
+                                      for s, cells in data["scores"].items()})
+            work = root / f"graded-{safe}"
+            if work.exists():
+                shutil.rmtree(work)
+            work.mkdir()
+            chapter = kwargs.pop("chapter")
+            graded = grade_chapter(work, chapter, **kwargs)
+            done.write_text(json.dumps({"course_dir": str(graded.course_dir),
+                                        "chapter": graded.chapter,
+                                        "release_dir": str(graded.release_dir),
+                                        "scores": graded.scores}))
+            return graded
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import COURSE, chapters_with_notebooks, execute_notebook, grade_chapter, test_cells
+from helpers import COURSE, chapters_with_notebooks, execute_notebook, graded_once, test_cells
 
 CHAPTERS = chapters_with_notebooks()
-_GRADED: dict = {}
 
 
 def _graded(chapter, tmp_path_factory):
-    if chapter not in _GRADED:
-        _GRADED[chapter] = grade_chapter(tmp_path_factory.mktemp(f"grade-{chapter}"), chapter)
-    return _GRADED[chapter]
+    return graded_once(f"chapter-{chapter}", tmp_path_factory, chapter=chapter)
 
 
 def _number(chapter: str) -> int:
@@ -113,3 +110,15 @@ def test_hidden_test_cells_carry_their_checks_points(chapter):
             want = sum(checks[s].points for s in slot_ids)
             assert points == want, f"{nb_path.name}: cell {gid} is worth {points}, its checks {want}"
     assert total == 100, f"{chapter}: the test cells are worth {total} points, not 100"
+
+
+@pytest.mark.nbgrader
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_release_leaks_no_solution_and_no_hidden_test(chapter, tmp_path_factory):
+    from grader.course import default_mini_src, find_leaks
+
+    graded = _graded(chapter, tmp_path_factory)
+    source = graded.course_dir / "source" / graded.chapter
+    leaks = find_leaks(graded.release_dir, _number(chapter), default_mini_src(), source)
+    assert not leaks, leaks[:10]
+    assert not list(graded.release_dir.glob("build_*.py"))

@@ -36,7 +36,8 @@ def graded_fixture(tmp_path_factory):
     """The fixture chapter released and autograded once, for real, with these students:
 
     solution (the instructor's notebook), blank (the released notebook), looper (an
-    infinite loop in compact_strides), killer (os._exit in element_offset), wrong (wrong for
+    infinite loop in compact_strides), killer (os._exit in element_offset), hog (allocates
+    64 GiB in element_offset: the kernel's memory limit turns it into a MemoryError), wrong (wrong for
     size-0 axes: passes the visible tests, fails the hidden ones), cheater (replaces
     grader.hidden.run_check in the kernel and is wrong like `wrong`).
     """
@@ -44,12 +45,14 @@ def graded_fixture(tmp_path_factory):
         "looper": replace_in_cells(("    strides = []\n", "    while True:\n        pass\n")),
         "killer": replace_in_cells(("    position = offset\n", "    import os; os._exit(0)\n")),
         "wrong": replace_in_cells(("step *= max(dim, 1)", "step *= dim")),
+        "hog": replace_in_cells(("    position = offset\n",
+                                 "    hog = bytearray(64 * 2**30)\n    position = offset\n")),
         "cheater": replace_in_cells(
             ('@implement("03.compact_strides")',
              'import grader.hidden\ngrader.hidden.run_check = lambda *a, **k: None\n'
              '@implement("03.compact_strides")'),
             ("step *= max(dim, 1)", "step *= dim")),
     }
-    return chapter_helpers.grade_chapter(
-        tmp_path_factory.mktemp("fixture-course"), FIXTURE_CHAPTER, course_src=FIXTURE_COURSE,
+    return chapter_helpers.graded_once(
+        "grader-fixture", tmp_path_factory, chapter=FIXTURE_CHAPTER, course_src=FIXTURE_COURSE,
         extra=extra, cell_timeout=8, check_timeout=5)

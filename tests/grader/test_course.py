@@ -100,6 +100,13 @@ def test_init_refuses_a_non_empty_dir_and_force_loses_nothing(graded_fixture, tm
     assert backups and backups[0].read_text() == "mine"
     assert list((d / ".mini-grader" / "backup").rglob("nbgrader_config.py"))
     assert sorted(p.name for p in (d / "submitted").iterdir()) == submitted
+    # release --refresh re-copies the chapter from course/, keeping the edited one.
+    edited = d / "source" / FIXTURE_CHAPTER / "instructor-notes.md"
+    edited.write_text("edited again")
+    course.release("03", d, refresh=True, log=quiet)
+    assert not edited.exists()
+    assert any(p.read_text() == "edited again"
+               for p in (d / ".mini-grader" / "backup").rglob("instructor-notes.md"))
 
 
 def _secret_lines(chapter: int) -> set[str]:
@@ -207,6 +214,8 @@ def test_autograde_scores(graded_fixture):
     assert s["looper"][cs] == (0.0, 8.0) and s["looper"][off] == (8.0, 8.0)
     # A kernel killed by os._exit costs the affected test only.
     assert s["killer"][cs] == (8.0, 8.0) and s["killer"][off] == (0.0, 8.0)
+    # Exhausting memory costs the affected test only.
+    assert s["hog"][cs] == (8.0, 8.0) and s["hog"][off] == (0.0, 8.0)
     # Visible tests pass, hidden checks catch the size-0 mistake.
     assert s["wrong"][cs] == (0.0, 8.0) and s["wrong"][off] == (8.0, 8.0)
     # Replacing run_check in the kernel earns nothing: the re-check finds no record.
@@ -221,6 +230,7 @@ def test_autograded_notebooks_record_why(graded_fixture):
         return [(o.get("ename"), o.get("evalue", "")) for o in cell.outputs if o.output_type == "error"]
 
     assert ("DeadKernelError" in [e for e, _ in outputs("killer", "03_offset")])
+    assert [e for e, _ in outputs("hog", "03_offset")] == ["MemoryError"]
     assert "CellTimeoutError" in [e for e, _ in outputs("looper", "03_compact_strides")]
     wrong = outputs("wrong", "03_compact_strides")
     assert wrong and wrong[0][0] == "AssertionError" and "compact_strides((" in wrong[0][1]
@@ -353,8 +363,8 @@ def test_workspace_never_overwrites_and_grows(tmp_path):
     shutil.copytree(src / FIXTURE_CHAPTER, src / "04_more")
     (src / "04_more" / "fixture.ipynb").rename(src / "04_more" / "more.ipynb")
     lines = []
-    course.workspace(ws, course_src=src, log=lines.append)
-    assert lines[-1] == str(ws.resolve())
+    assert course.workspace(ws, course_src=src, log=lines.append) == ws.resolve()
+    assert lines == [f"created {ws.resolve() / '04_more'}"]
     assert "MY OWN WORK" in nb.read_text()
     assert (ws / FIXTURE_CHAPTER / "mini" / "_release.py").read_text() == "CHAPTER = 99\n"
     assert (ws / "04_more" / "more.ipynb").exists()
