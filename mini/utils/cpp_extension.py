@@ -326,7 +326,9 @@ def _build(name, student, funcs, cflags, ldflags, cxx, folder: Path, target: Pat
     tmp_out = folder / f".{name}.{os.getpid()}.tmp{target.suffix}"
     cmd = (shlex.split(cxx) + list(DEFAULT_CFLAGS) + (["-fopenmp"] if omp else [])
            + _includes() + cflags + [str(src), "-o", str(tmp_out)] + ldflags
-           + (["-fopenmp"] if omp else []))
+           + (["-fopenmp"] if omp else [])
+           # macOS: Python's symbols are resolved when the interpreter loads the module
+           + (["-undefined", "dynamic_lookup"] if sys.platform == "darwin" else []))
     if verbose:
         print("load_inline:", " ".join(shlex.quote(c) for c in cmd))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)

@@ -1,0 +1,149 @@
+"""Chapter 04 (hardware on the CPU): the notebook's consistency with mini and the grader,
+the seed's roofline facts through mini, and the kernel slots' trip through the sandbox.
+
+The grading invariants shared by every chapter (reference scores full marks, blank notebook
+scores zero and runs, every catalogued mistake is caught) live in ``test_invariants.py``.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mini
+from mini import exercises
+from mini.napkin import roofline
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILDER = ROOT / "course" / "build_ch04_hardware.py"
+KERNEL_SLOTS = ["04.omp_add", "04.omp_sum", "04.tiled_matmul", "04.fused_add_relu"]
+CONV_SLOTS = ["04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward",
+              "04.conv2d_backward"]
+QUIZZES = ["04.quiz_gemm_cost", "04.quiz_chain_traffic"]
+
+
+def _builder():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("build_ch04_hardware", BUILDER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_notebook_is_up_to_date():
+    r = subprocess.run([sys.executable, str(BUILDER), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_points_agree_and_sum_to_100():
+    from grader.checks import checks_for_chapter
+    from grader.checks.ch04_hardware import POINTS
+    assert _builder().POINTS == POINTS
+    assert sum(POINTS.values()) == 100
+    assert set(checks_for_chapter(4)) == set(KERNEL_SLOTS + CONV_SLOTS + QUIZZES)
+
+
+def test_every_slot_is_owned_by_mini():
+    slots = exercises.slots()
+    for slot in KERNEL_SLOTS + CONV_SLOTS:
+        assert slot in slots, slot
+
+
+def test_at_least_eight_catalogued_mistakes_covering_the_issue():
+    from grader.mistakes import mistakes_for_chapter
+    ms = mistakes_for_chapter(4)
+    assert len(ms) >= 8
+    names = " ".join(m.name for m in ms)
+    for needle in ("reduction clause", "tile edges", "off by one", "wrong side", "overwrites",
+                   "non-compact", "wrong transpose"):
+        assert needle in names, needle
+
+
+def test_seed_roofline_facts():
+    table = {o.name: o for o in roofline.mlp_step_table()}
+    assert (table["x@W1"].flops, table["x@W1"].bytes) == (6_422_528, 518_144)
+    assert round(table["x@W1"].intensity, 1) == 12.4 and table["ReLU"].intensity == 0.125
+    tot = roofline.table_totals(list(table.values()))
+    assert round(tot["flops"] / 1e6, 1) == 13.1 and round(tot["bytes"] / 1e6, 1) == 1.2
+    assert roofline.ridge_point(67e12, 3.35e12) == pytest.approx(20.0)
+
+
+def test_profiler_counts_the_gemms_of_the_table():
+    import mini.nn.functional as F
+    from mini.utils import profiler
+    W1 = mini.randn(784, 128, requires_grad=True)
+    W2 = mini.randn(128, 10, requires_grad=True)
+    x, y = mini.randn(32, 784), mini.randint(0, 10, (32,))
+    with profiler.profile() as prof:
+        F.cross_entropy((x @ W1).relu() @ W2, y).backward()
+    counts = prof.op_counts()
+    table = roofline.mlp_step_table()
+    forward_gemms = sum(1 for o in table if o.mini_op == "MatMul" and o.phase == "forward")
+    assert counts.get("MatMul") == forward_gemms == 2
+    assert counts.get("MatMulBackward0") == 2          # 3 products in the table: no dx for x
+
+
+def test_minis_conv2d_runs_on_the_registered_im2col():
+    from mini.ops import conv
+    calls = []
+
+    @exercises.implement("04.im2col")
+    def spy(x, kernel_size, stride, padding):
+        calls.append((x.shape, kernel_size, stride, padding))
+        return conv.im2col_matrix.reference(x, kernel_size, stride, padding)
+
+    try:
+        x = mini.randn(2, 3, 6, 6)
+        w = mini.randn(4, 3, 3, 3)
+        out = conv.conv2d(x, w, None, stride=2, padding=1)
+        assert tuple(out.shape) == (2, 4, 3, 3)
+        assert calls == [((2, 3, 6, 6), (3, 3), (2, 2), (1, 1))]
+    finally:
+        exercises.unregister("04.im2col")
+
+
+def test_im2col_view_is_free_and_matrix_copies():
+    from mini.ops import conv
+    x = np.random.rand(2, 3, 8, 8).astype(np.float32)
+    v = conv.im2col_view(x, (3, 3), (1, 1))
+    assert np.shares_memory(v, x) and v.shape == (2, 6, 6, 3, 3, 3)
+    cols = conv.im2col_matrix(x, (3, 3), (1, 1), (0, 0))
+    assert not np.shares_memory(cols, x)
+    assert cols.nbytes / x.nbytes == pytest.approx(2 * 36 * 27 / (2 * 3 * 64))
+
+
+NOTEBOOK_STYLE = r'''
+import numpy as np
+from mini.utils.cpp_extension import load_inline
+
+def omp_add(a, b):
+    source = r"""
+    void add(py::array_t<float> a, py::array_t<float> b, py::array_t<float> out) {
+        const float* pa = a.data(); const float* pb = b.data(); float* po = out.mutable_data();
+        const int64_t n = out.size();
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+    }
+    """
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        raise TypeError("float32 only")
+    if a.shape != b.shape:
+        raise ValueError("shapes differ")
+    ext = load_inline("omp_add", source, functions=["add"])
+    out = np.empty(a.shape, np.float32)
+    ext.add(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+    return out
+'''
+
+
+def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox():
+    """The student's function (C++ source inside) is pickled by value, sent to a fresh
+    subprocess, compiled there from the shared cache, and passes its check."""
+    from grader.sandbox import run_sandboxed
+    ns = {"__name__": "__main__"}
+    exec(compile(NOTEBOOK_STYLE, "<cell>", "exec"), ns)
+    verdict = run_sandboxed("04.omp_add", ns["omp_add"], timeout=120)
+    assert verdict.passed, verdict.message
