@@ -147,4 +147,10 @@ def format_table(results: list[ExerciseResult], width: int = 100) -> str:
     earned = sum(r.points for r in results if r.passed)
     total = sum(r.points for r in results)
     lines.append(f"total: {earned:g} / {total:g} points")
+    # The table cuts messages short; a wrong answer (not a missing one) deserves the whole text.
+    wrong = [r for r in results if not r.passed and "not implemented" not in r.message]
+    for r in wrong:
+        lines.append("")
+        lines.append(f"{', '.join(r.slots) or r.grade_id}:")
+        lines.extend("    " + part for part in r.message.splitlines())
     return "\n".join(line.rstrip() for line in lines)

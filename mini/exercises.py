@@ -24,12 +24,12 @@ __all__ = [
 
 # Chapter number -> the notebook a student works in (used in messages).
 CHAPTER_NOTEBOOKS = {
-    "01": "course/01_framework_design/framework_design.ipynb",
-    "02": "course/02_autodiff/autodiff.ipynb",
-    "03": "course/03_strides/strides.ipynb",
-    "04": "course/04_hardware/hardware.ipynb",
-    "05": "course/05_training/training.ipynb",
-    "06": "course/06_scaling/scaling.ipynb",
+    "01": "01_framework_design/framework_design.ipynb",
+    "02": "02_autodiff/autodiff.ipynb",
+    "03": "03_strides/strides.ipynb",
+    "04": "04_hardware/hardware.ipynb",
+    "05": "05_training/training.ipynb",
+    "06": "06_scaling/scaling.ipynb",
 }
 
 
