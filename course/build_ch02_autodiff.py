@@ -12,11 +12,13 @@ written without outputs.
 """
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import nbformat
+
+from grader.checks.ch02_autodiff import POINTS   # the checks' points: one source for both
+from grader.notebook_build import Cells, exercise_sources, finish_notebook, write_or_check
 
 HERE = Path(__file__).resolve().parent          # course/
 ROOT = HERE.parent
@@ -46,102 +48,9 @@ REFERENCES = {
     "02.central_difference": "autograd/gradcheck.py",
 }
 
-# Points per graded cell (grader/checks/ch02_autodiff.py carries the same numbers).
-POINTS = {
-    "02.add_vjp": 2,
-    "02.mul_vjp": 4,
-    "02.div_vjp": 5,
-    "02.pow_vjp": 4,
-    "02.exp_vjp": 2,
-    "02.log_vjp": 3,
-    "02.relu_vjp": 4,
-    "02.unbroadcast": 8,
-    "02.sum_vjp": 4,
-    "02.mean_vjp": 4,
-    "02.reshape_vjp": 2,
-    "02.permute_vjp": 4,
-    "02.matmul_vjp": 7,
-    "02.toposort": 10,
-    "02.seed_gradient": 4,
-    "02.accumulate_grad": 3,
-    "02.backward": 10,
-    "02.multiply_add": 5,
-    "02.mul_jvp": 4,
-    "02.central_difference": 5,
-    "02.quiz_accumulate": 2,
-    "02.quiz_inplace": 2,
-    "02.quiz_eval": 2,
-}
-
-
-# --------------------------------------------------------------------------- cell factories
-
-def _meta(**kw):
-    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False, "task": False}
-    base.update(kw)
-    return {"nbgrader": base}
-
-
-def md(text: str):
-    return nbformat.v4.new_markdown_cell(text.strip("\n"))
-
-
-def demo(grade_id: str, source: str):
-    """A locked code cell (read-only for students: setup and demos)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(locked=True, grade_id=f"02_{grade_id}"))
-
-
-def free(source: str):
-    """A code cell the student may edit freely (not graded)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"))
-
-
-def solution(slot: str, source: str):
-    gid = slot.replace(".", "_") + "_code"
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(solution=True, grade_id=gid))
-
-
-def test(slot: str, fn_name: str, visible: str):
-    gid = slot.replace(".", "_")
-    source = (visible.strip("\n") + "\n\n### BEGIN HIDDEN TESTS\n"
-              f'from grader.hidden import run_check; run_check("{slot}", {fn_name})\n'
-              "### END HIDDEN TESTS")
-    return nbformat.v4.new_code_cell(source, metadata=_meta(grade=True, locked=True, grade_id=gid,
-                                                            points=POINTS[slot]))
-
-
-def _exercise_slot(dec) -> str | None:
-    if (isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "exercise"
-            and dec.args and isinstance(dec.args[0], ast.Constant)):
-        return dec.args[0].value
-    return None
-
-
-def exercise_cells_from_references(mini_dir: Path = MINI) -> dict[str, tuple[str, str]]:
-    """``{slot: (function name, cell source)}`` for every slot in :data:`REFERENCES`: the
-    reference function from its ``def`` line to its ``### END SOLUTION`` line, decorated with
-    ``@implement(slot)`` instead of ``@exercise(...)``."""
-    out = {}
-    for rel in sorted(set(REFERENCES.values())):
-        source = (mini_dir / rel).read_text()
-        lines = source.splitlines()
-        for node in ast.parse(source).body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for dec in node.decorator_list:
-                slot = _exercise_slot(dec)
-                if slot in REFERENCES:
-                    start = node.lineno - 1  # the def line (decorators are replaced)
-                    end = next(i for i in range(node.lineno, len(lines))
-                               if lines[i].strip() == "### END SOLUTION")
-                    body = [f'@implement("{slot}")'] + lines[start:end + 1]
-                    out[slot] = (node.name, "\n".join(body))
-    missing = sorted(set(REFERENCES) - set(out))
-    if missing:
-        raise SystemExit(f"no reference found in mini for {missing}")
-    return out
+# The cell factories, with this chapter's grade-id prefix and points.
+CELLS = Cells("02", POINTS)
+md, demo, free, solution, test = CELLS.markdown, CELLS.demo, CELLS.free, CELLS.solution, CELLS.test
 
 
 # --------------------------------------------------------------------------- the chapter
@@ -239,7 +148,7 @@ def node_names(tensor):
 
 
 def build() -> nbformat.NotebookNode:
-    ex = exercise_cells_from_references()
+    ex = exercise_sources(sorted({MINI / rel for rel in REFERENCES.values()}), slots=REFERENCES)
     cells = []
     add = cells.append
 
@@ -1528,35 +1437,11 @@ rather than turned into a wrong gradient. Chapter 03 looks under the tensors the
 the strided arrays that make reshape, transpose and broadcasting free.
 """))
 
-    nb = nbformat.v4.new_notebook()
-    for i, cell in enumerate(cells):  # stable ids, so rebuilding gives the same file
-        cell["id"] = f"ch02-{i:02d}"
-    nb.cells = cells
-    nb.metadata = {
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    }
-    return nb
-
-
-def render(nb) -> str:
-    text = nbformat.writes(nb)
-    return text if text.endswith("\n") else text + "\n"
+    return finish_notebook(cells, "ch02")
 
 
 def main(argv: list[str]) -> int:
-    nb = build()
-    nbformat.validate(nb)
-    text = render(nb)
-    if "--check" in argv:
-        current = NOTEBOOK.read_text() if NOTEBOOK.exists() else ""
-        if current != text:
-            print(f"{NOTEBOOK} is out of date: run python {Path(__file__).relative_to(ROOT)}")
-            return 1
-        return 0
-    NOTEBOOK.write_text(text)
-    print(f"wrote {NOTEBOOK} ({len(nb.cells)} cells)")
-    return 0
+    return write_or_check(build(), NOTEBOOK, argv, script=__file__)
 
 
 if __name__ == "__main__":

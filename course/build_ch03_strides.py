@@ -14,89 +14,22 @@ copied verbatim, so the instructor notebook cannot drift from mini.  Everything 
 """
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import nbformat
+
+from grader.checks.ch03_strides import POINTS   # the checks' points: one source for both
+from grader.notebook_build import Cells, exercise_sources, finish_notebook, write_or_check
 
 HERE = Path(__file__).resolve().parent          # course/
 ROOT = HERE.parent
 NOTEBOOK = HERE / "03_strides" / "strides.ipynb"
 REFERENCE = ROOT / "mini" / "ndarray" / "strides.py"
 
-# Points per graded cell (grader/checks/ch03_strides.py carries the same numbers).
-POINTS = {
-    "03.compact_strides": 8,
-    "03.offset": 8,
-    "03.slice_view": 22,
-    "03.permute": 8,
-    "03.broadcast_to": 12,
-    "03.reshape": 22,
-    "03.compact": 12,
-    "03.quiz_copy_bytes": 4,
-    "03.quiz_views": 4,
-}
-
-
-# --------------------------------------------------------------------------- cell factories
-
-def _meta(**kw):
-    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False, "task": False}
-    base.update(kw)
-    return {"nbgrader": base}
-
-
-def md(text: str):
-    return nbformat.v4.new_markdown_cell(text.strip("\n"))
-
-
-def demo(grade_id: str, source: str):
-    """A locked code cell (read-only for students: setup and demos)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(locked=True, grade_id=f"03_{grade_id}"))
-
-
-def free(source: str):
-    """A code cell the student may edit freely (not graded)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"))
-
-
-def solution(slot: str, source: str):
-    gid = slot.replace(".", "_") + "_code"
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(solution=True, grade_id=gid))
-
-
-def test(slot: str, fn_name: str, visible: str):
-    gid = slot.replace(".", "_")
-    source = (visible.strip("\n") + "\n\n### BEGIN HIDDEN TESTS\n"
-              f'from grader.hidden import run_check; run_check("{slot}", {fn_name})\n'
-              "### END HIDDEN TESTS")
-    return nbformat.v4.new_code_cell(source, metadata=_meta(grade=True, locked=True, grade_id=gid,
-                                                            points=POINTS[slot]))
-
-
-def exercise_cells_from_reference(path: Path = REFERENCE) -> dict[str, tuple[str, str]]:
-    """``{slot: (function name, cell source)}``: each @exercise function of the reference
-    module, from its ``def`` line to its ``### END SOLUTION`` line, decorated with
-    ``@implement(slot)`` instead of ``@exercise(...)``."""
-    source = path.read_text()
-    lines = source.splitlines()
-    out = {}
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for dec in node.decorator_list:
-            if (isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "exercise"
-                    and dec.args and isinstance(dec.args[0], ast.Constant)):
-                slot = dec.args[0].value
-                start = node.lineno - 1  # the def line (decorators are replaced)
-                end = next(i for i in range(node.lineno, len(lines))
-                           if lines[i].strip() == "### END SOLUTION")
-                body = [f'@implement("{slot}")'] + lines[start:end + 1]
-                out[slot] = (node.name, "\n".join(body))
-    return out
+# The cell factories, with this chapter's grade-id prefix and points.
+CELLS = Cells("03", POINTS)
+md, demo, free, solution, test = CELLS.markdown, CELLS.demo, CELLS.free, CELLS.solution, CELLS.test
 
 
 # --------------------------------------------------------------------------- the chapter
@@ -163,7 +96,7 @@ def layout(t):
 
 
 def build() -> nbformat.NotebookNode:
-    ex = exercise_cells_from_reference()
+    ex = exercise_sources(REFERENCE)
     cells = []
     add = cells.append
 
@@ -871,35 +804,11 @@ build on this layout: kernels that assume contiguous inputs, and im2col, which t
 convolution into a matrix product by building a strided view of the image and then copying it.
 """))
 
-    nb = nbformat.v4.new_notebook()
-    for i, cell in enumerate(cells):  # stable ids, so rebuilding gives the same file
-        cell["id"] = f"ch03-{i:02d}"
-    nb.cells = cells
-    nb.metadata = {
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    }
-    return nb
-
-
-def render(nb) -> str:
-    text = nbformat.writes(nb)
-    return text if text.endswith("\n") else text + "\n"
+    return finish_notebook(cells, "ch03")
 
 
 def main(argv: list[str]) -> int:
-    nb = build()
-    nbformat.validate(nb)
-    text = render(nb)
-    if "--check" in argv:
-        current = NOTEBOOK.read_text() if NOTEBOOK.exists() else ""
-        if current != text:
-            print(f"{NOTEBOOK} is out of date: run python {Path(__file__).relative_to(ROOT)}")
-            return 1
-        return 0
-    NOTEBOOK.write_text(text)
-    print(f"wrote {NOTEBOOK} ({len(nb.cells)} cells)")
-    return 0
+    return write_or_check(build(), NOTEBOOK, argv, script=__file__)
 
 
 if __name__ == "__main__":

@@ -13,82 +13,22 @@ verbatim.  The notebook is written without outputs.
 """
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import nbformat
+
+from grader.checks.ch04_hardware import POINTS   # the checks' points: one source for both
+from grader.notebook_build import Cells, exercise_sources, finish_notebook, write_or_check
 
 HERE = Path(__file__).resolve().parent          # course/
 ROOT = HERE.parent
 NOTEBOOK = HERE / "04_hardware" / "hardware.ipynb"
 REFERENCES = (ROOT / "mini" / "backends" / "cpu" / "exercises.py", ROOT / "mini" / "ops" / "conv.py")
 
-# Points per graded cell (grader/checks/ch04_hardware.py carries the same numbers).
-POINTS = {
-    "04.omp_add": 10,
-    "04.omp_sum": 12,
-    "04.tiled_matmul": 14,
-    "04.fused_add_relu": 8,
-    "04.im2col_view": 10,
-    "04.im2col": 10,
-    "04.col2im": 10,
-    "04.conv2d_forward": 8,
-    "04.conv2d_backward": 10,
-    "04.quiz_gemm_cost": 4,
-    "04.quiz_chain_traffic": 4,
-}
-
-
-def _meta(**kw):
-    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False, "task": False}
-    base.update(kw)
-    return {"nbgrader": base}
-
-
-def md(text: str):
-    return nbformat.v4.new_markdown_cell(text.strip("\n"))
-
-
-def demo(grade_id: str, source: str):
-    """A locked code cell (setup and demos)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(locked=True, grade_id=f"04_{grade_id}"))
-
-
-def solution(slot: str, source: str):
-    gid = slot.replace(".", "_") + "_code"
-    return nbformat.v4.new_code_cell(source.strip("\n"), metadata=_meta(solution=True, grade_id=gid))
-
-
-def test(slot: str, fn_name: str, visible: str):
-    gid = slot.replace(".", "_")
-    source = (visible.strip("\n") + "\n\n### BEGIN HIDDEN TESTS\n"
-              f'from grader.hidden import run_check; run_check("{slot}", {fn_name})\n'
-              "### END HIDDEN TESTS")
-    return nbformat.v4.new_code_cell(source, metadata=_meta(grade=True, locked=True, grade_id=gid,
-                                                            points=POINTS[slot]))
-
-
-def exercise_cells_from_reference(paths=REFERENCES) -> dict[str, tuple[str, str]]:
-    """``{slot: (function name, cell source)}`` for every ``@exercise`` function of the
-    reference modules, from its ``def`` line to its ``### END SOLUTION`` line."""
-    out = {}
-    for path in paths:
-        source = path.read_text()
-        lines = source.splitlines()
-        for node in ast.parse(source).body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for dec in node.decorator_list:
-                if (isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "exercise"
-                        and dec.args and isinstance(dec.args[0], ast.Constant)):
-                    slot = dec.args[0].value
-                    start = node.lineno - 1
-                    end = next(i for i in range(node.lineno, len(lines))
-                               if lines[i].strip() == "### END SOLUTION")
-                    out[slot] = (node.name, "\n".join([f'@implement("{slot}")'] + lines[start:end + 1]))
-    return out
+# The cell factories, with this chapter's grade-id prefix and points.
+CELLS = Cells("04", POINTS)
+md, demo, free, solution, test = CELLS.markdown, CELLS.demo, CELLS.free, CELLS.solution, CELLS.test
 
 
 SETUP = r'''
@@ -138,7 +78,7 @@ print(f"OpenMP threads available to your kernels: {get_max_threads()}")
 
 
 def build() -> nbformat.NotebookNode:
-    ex = exercise_cells_from_reference()
+    ex = exercise_sources(REFERENCES)
     cells = []
     add = cells.append
 
@@ -611,32 +551,11 @@ traffic model that predicts its speedup; and convolution as im2col + GEMM, forwa
 backward, which mini's convolution now runs on. The numbers you measured, bandwidth, GEMM
 rate and their ratio, are the ones the GPU part of this chapter scales up by a thousand.
 """))
-    for i, cell in enumerate(cells):
-        cell["id"] = f"ch04-{i:02d}"   # stable ids: the file only changes when content does
-    return nbformat.v4.new_notebook(cells=cells, metadata={
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"}})
-
-
-def render(nb) -> str:
-    text = nbformat.writes(nb)
-    return text if text.endswith("\n") else text + "\n"
+    return finish_notebook(cells, "ch04")
 
 
 def main(argv: list[str]) -> int:
-    nb = build()
-    nbformat.validate(nb)
-    text = render(nb)
-    if "--check" in argv:
-        current = NOTEBOOK.read_text() if NOTEBOOK.exists() else ""
-        if current != text:
-            print(f"{NOTEBOOK} is out of date: run python {Path(__file__).relative_to(ROOT)}")
-            return 1
-        return 0
-    NOTEBOOK.parent.mkdir(parents=True, exist_ok=True)
-    NOTEBOOK.write_text(text)
-    print(f"wrote {NOTEBOOK} ({len(nb.cells)} cells)")
-    return 0
+    return write_or_check(build(), NOTEBOOK, argv, script=__file__)
 
 
 if __name__ == "__main__":

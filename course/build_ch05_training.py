@@ -11,11 +11,13 @@ The notebook is written without outputs.
 """
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import nbformat
+
+from grader.checks.ch05_training import POINTS   # the checks' points: one source for both
+from grader.notebook_build import Cells, exercise_sources, finish_notebook, write_or_check
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -24,85 +26,12 @@ REFERENCES = [ROOT / "mini" / p for p in (
     "nn/discovery.py", "nn/he_init.py", "nn/modules/normalization.py", "nn/modules/dropout.py",
     "nn/losses.py", "optim/adam.py", "optim/lr_scheduler.py", "utils/train_state.py")]
 
-# Points per graded cell (grader/checks/ch05_training.py carries the same numbers).
-POINTS = {
-    "05.parameters": 8,
-    "05.kaiming_init": 6,
-    "05.batchnorm_forward": 12,
-    "05.batchnorm_backward": 10,
-    "05.layernorm": 8,
-    "05.dropout": 8,
-    "05.cross_entropy": 8,
-    "05.adamw_step": 12,
-    "05.warmup_cosine": 8,
-    "05.save_checkpoint": 8,
-    "05.load_checkpoint": 8,
-    "05.quiz_adam_traffic": 2,
-    "05.quiz_eval_mode": 2,
-}
+# The cell factories, with this chapter's grade-id prefix and points.
+CELLS = Cells("05", POINTS)
+md, demo, free, solution, test = CELLS.markdown, CELLS.demo, CELLS.free, CELLS.solution, CELLS.test
+
 # Quiz answers, kept apart from the cell template.
 _ANSWERS = {"05.quiz_adam_traffic": "28 * 101_770", "05.quiz_eval_mode": '"C"'}
-
-
-# --------------------------------------------------------------------------- cell factories
-
-def _meta(**kw):
-    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False, "task": False}
-    base.update(kw)
-    return {"nbgrader": base}
-
-
-def md(text: str):
-    return nbformat.v4.new_markdown_cell(text.strip("\n"))
-
-
-def free(source: str):
-    """A code cell the student may edit freely (not graded)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"))
-
-
-def demo(grade_id: str, source: str):
-    """A locked code cell (read-only for students: setup and demos)."""
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(locked=True, grade_id=f"05_{grade_id}"))
-
-
-def solution(slot: str, source: str):
-    gid = slot.replace(".", "_") + "_code"
-    return nbformat.v4.new_code_cell(source.strip("\n"),
-                                     metadata=_meta(solution=True, grade_id=gid))
-
-
-def test(slot: str, fn_name: str, visible: str):
-    gid = slot.replace(".", "_")
-    source = (visible.strip("\n") + "\n\n### BEGIN HIDDEN TESTS\n"
-              f'from grader.hidden import run_check; run_check("{slot}", {fn_name})\n'
-              "### END HIDDEN TESTS")
-    return nbformat.v4.new_code_cell(source, metadata=_meta(grade=True, locked=True, grade_id=gid,
-                                                            points=POINTS[slot]))
-
-
-def exercise_cells_from_reference(paths=REFERENCES) -> dict[str, tuple[str, str]]:
-    """``{slot: (function name, cell source)}`` for every @exercise function of the
-    reference modules, from its ``def`` line to its ``### END SOLUTION`` line, decorated
-    with ``@implement(slot)`` instead of ``@exercise(...)``."""
-    out = {}
-    for path in paths:
-        source = path.read_text()
-        lines = source.splitlines()
-        for node in ast.parse(source).body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for dec in node.decorator_list:
-                if (isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "exercise"
-                        and dec.args and isinstance(dec.args[0], ast.Constant)):
-                    slot = dec.args[0].value
-                    start = node.lineno - 1
-                    end = next(i for i in range(node.lineno, len(lines))
-                               if lines[i].strip() == "### END SOLUTION")
-                    body = [f'@implement("{slot}")'] + lines[start:end + 1]
-                    out[slot] = (node.name, "\n".join(body))
-    return out
 
 
 def quiz_solution(slot: str, name: str, doc: str):
@@ -182,7 +111,7 @@ def fmt_bytes(n):
 
 
 def build() -> nbformat.NotebookNode:
-    ex = exercise_cells_from_reference()
+    ex = exercise_sources(REFERENCES)
     cells = []
     add = cells.append
 
@@ -1140,35 +1069,11 @@ The napkin numbers to keep: training holds 16 bytes per parameter before activat
 activations grow with the batch. Chapter 06 splits all of them across machines.
 """))
 
-    nb = nbformat.v4.new_notebook()
-    for i, cell in enumerate(cells):  # stable ids, so rebuilding gives the same file
-        cell["id"] = f"ch05-{i:02d}"
-    nb.cells = cells
-    nb.metadata = {
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    }
-    return nb
-
-
-def render(nb) -> str:
-    text = nbformat.writes(nb)
-    return text if text.endswith("\n") else text + "\n"
+    return finish_notebook(cells, "ch05")
 
 
 def main(argv: list[str]) -> int:
-    nb = build()
-    nbformat.validate(nb)
-    text = render(nb)
-    if "--check" in argv:
-        current = NOTEBOOK.read_text() if NOTEBOOK.exists() else ""
-        if current != text:
-            print(f"{NOTEBOOK} is out of date: run python {Path(__file__).relative_to(ROOT)}")
-            return 1
-        return 0
-    NOTEBOOK.write_text(text)
-    print(f"wrote {NOTEBOOK} ({len(nb.cells)} cells)")
-    return 0
+    return write_or_check(build(), NOTEBOOK, argv, script=__file__)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from grader.checks import check
 from grader.checks.helpers import (CheckFailed, call, call_text, describe, expect_array,
                                    expect_int, expect_raises, expect_tuple_of_ints, fail, rng)
 
-# Points: the notebook's test cells carry the same numbers (100 in all for the chapter).
+# Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
+# for its test cells (100 in all for the chapter).
 POINTS = {
     "03.compact_strides": 8,
     "03.offset": 8,

@@ -19,7 +19,7 @@ import numpy as np
 from mini.napkin import DEFAULT_CHAIN, StepCost, chain_costs, describe_step
 
 __all__ = ["ChainMeasurement", "measure_chain", "chain_report", "napkin_chain",
-           "show_views", "widgets_enabled"]
+           "estimate_widget", "show_views", "widgets_enabled"]
 
 _NAMES = "xyzwvutsrqponmlkjihgfedcba"
 
@@ -261,19 +261,40 @@ def napkin_chain(estimate=None, shape=(1000, 1000), steps=DEFAULT_CHAIN, dtype="
     meas = measure_chain(shape, steps, dtype)
     names = list(_NAMES[: len(steps) + 1])
 
-    if not widgets_enabled():
-        print(chain_report(estimate, shape, steps, dtype, model, meas))
-        if plot:
-            _show_figure(_bar_chart(model, meas, names))
+    code = "<br>".join(f"<code>{c}</code>" for c in _chain_code(shape, steps, dtype))
+    return estimate_widget(
+        f"<b>How many bytes does this chain allocate?</b><br>{code}",
+        lambda est: chain_report(est, shape, steps, dtype, model, meas),
+        figure=(lambda est: _bar_chart(model, meas, names)) if plot else None,
+        estimate=estimate, placeholder="your estimate in bytes, e.g. 1e6 or 3 MB",
+        enabled=widgets_enabled())
+
+
+def estimate_widget(question_html: str, report, figure=None, estimate=None,
+                    placeholder: str = "your estimate in bytes", enabled: bool | None = None):
+    """The plumbing every napkin widget shares: a question, an estimate box and a Compare
+    button that shows ``report(estimate)`` (and ``figure(estimate)``, a matplotlib figure,
+    when given) below them.
+
+    Without a widget frontend (``enabled`` false; by default :func:`widgets_enabled`) it
+    prints the report and shows the figure instead.  The widget's plain-text form is the
+    report for the ``estimate`` given, so a frontend without widgets shows the same text.
+    ``report`` and ``figure`` receive the raw ``estimate`` when called for it, otherwise the
+    number read from the box.  Never blocks; returns None.
+    """
+    if enabled is None:
+        enabled = widgets_enabled()
+    if not enabled:
+        print(report(estimate))
+        if figure is not None:
+            _show_figure(figure(estimate))
         return None
 
     import ipywidgets as W
     from IPython.display import display
 
-    code = "<br>".join(f"<code>{c}</code>" for c in _chain_code(shape, steps, dtype))
-    intro = W.HTML(f"<b>How many bytes does this chain allocate?</b><br>{code}")
-    box = W.Text(value="" if estimate is None else str(estimate),
-                 placeholder="your estimate in bytes, e.g. 1e6 or 3 MB",
+    intro = W.HTML(question_html)
+    box = W.Text(value="" if estimate is None else str(estimate), placeholder=placeholder,
                  description="estimate:", layout=W.Layout(width="360px"))
     button = W.Button(description="Compare", button_style="primary")
     out = W.Output()
@@ -289,13 +310,12 @@ def napkin_chain(estimate=None, shape=(1000, 1000), steps=DEFAULT_CHAIN, dtype="
             if est is None:
                 print("Type your estimate first, then press Compare.")
                 return
-            print(chain_report(est, shape, steps, dtype, model, meas))
-            if plot:
-                _show_figure(_bar_chart(model, meas, names))
+            print(report(est))
+            if figure is not None:
+                _show_figure(figure(est))
 
     button.on_click(show)
-    text = chain_report(estimate, shape, steps, dtype, model, meas)
-    ui = _TextFallbackBox([intro, W.HBox([box, button]), out], fallback_text=text)
+    ui = _TextFallbackBox([intro, W.HBox([box, button]), out], fallback_text=report(estimate))
     if estimate is not None:
         show()
     display(ui)

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from mini.napkin.autodiff import activation_crossover_batch, mlp_saved_breakdown
-from mini.napkin.widgets import widgets_enabled
+from mini.napkin.widgets import _parse_estimate, estimate_widget, widgets_enabled
 
 __all__ = ["build_mlp", "saved_bytes", "measure_saved_bytes", "saved_bytes_report", "plot_saved_vs_batch",
            "napkin_saved_bytes", "DEFAULT_LAYERS", "DEFAULT_BATCHES"]
@@ -95,20 +95,6 @@ def _fmt_bytes(n) -> str:
     if n >= 1_000:
         return f"{n:,} B ({n / 1e3:.1f} kB)"
     return f"{n:,} B"
-
-
-def _parse_estimate(value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    text = str(value).strip().replace(",", "").replace("_", "").replace(" ", "")
-    if not text:
-        return None
-    for suffix, mult in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("kB", 1e3), ("B", 1)):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * mult
-    return float(text)
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -205,18 +191,6 @@ def plot_saved_vs_batch(layer_sizes: Sequence[int] = DEFAULT_LAYERS,
     return fig
 
 
-def _show_figure(fig) -> None:
-    import matplotlib.pyplot as plt
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-        if get_ipython() is not None:
-            display(fig)
-    except ImportError:  # pragma: no cover - IPython comes with Jupyter
-        pass
-    plt.close(fig)
-
-
 # --- the widget -----------------------------------------------------------------------------
 
 def napkin_saved_bytes(estimate=None, layer_sizes: Sequence[int] = DEFAULT_LAYERS,
@@ -230,59 +204,10 @@ def napkin_saved_bytes(estimate=None, layer_sizes: Sequence[int] = DEFAULT_LAYER
     """
     measured = measure_saved_bytes(layer_sizes, batch, dtype)
 
-    def figure(est):
-        return plot_saved_vs_batch(layer_sizes, batches, dtype, est, batch)
-
-    if not widgets_enabled():
-        print(saved_bytes_report(estimate, layer_sizes, batch, dtype, measured))
-        if plot:
-            _show_figure(figure(estimate))
-        return None
-
-    import ipywidgets as W
-    from IPython.display import display
-
-    intro = W.HTML(f"<b>How many bytes does the graph keep for backward?</b><br>"
-                   f"<code>{_arch(layer_sizes)}</code>, batch {batch}, {dtype}")
-    box = W.Text(value="" if estimate is None else str(estimate),
-                 placeholder="your estimate in bytes, e.g. 5e5 or 0.5 MB",
-                 description="estimate:", layout=W.Layout(width="360px"))
-    button = W.Button(description="Compare", button_style="primary")
-    out = W.Output()
-
-    def show(_=None):
-        out.clear_output()
-        with out:
-            try:
-                est = _parse_estimate(box.value)
-            except ValueError:
-                print(f"could not read {box.value!r} as a number of bytes")
-                return
-            if est is None:
-                print("Type your estimate first, then press Compare.")
-                return
-            print(saved_bytes_report(est, layer_sizes, batch, dtype, measured))
-            if plot:
-                _show_figure(figure(est))
-
-    button.on_click(show)
-    text = saved_bytes_report(estimate, layer_sizes, batch, dtype, measured)
-    ui = _text_fallback_box([intro, W.HBox([box, button]), out], text)
-    if estimate is not None:
-        show()
-    display(ui)
-    return None
-
-
-def _text_fallback_box(children, text: str):
-    """A VBox whose plain-text form is the printed report (for frontends without widgets)."""
-    import ipywidgets as W
-
-    class _Box(W.VBox):
-        def _repr_mimebundle_(self, **kwargs):
-            bundle = super()._repr_mimebundle_(**kwargs)
-            if isinstance(bundle, dict):
-                bundle["text/plain"] = text
-            return bundle
-
-    return _Box(children)
+    return estimate_widget(
+        f"<b>How many bytes does the graph keep for backward?</b><br>"
+        f"<code>{_arch(layer_sizes)}</code>, batch {batch}, {dtype}",
+        lambda est: saved_bytes_report(est, layer_sizes, batch, dtype, measured),
+        figure=(lambda est: plot_saved_vs_batch(layer_sizes, batches, dtype, est, batch)) if plot else None,
+        estimate=estimate, placeholder="your estimate in bytes, e.g. 5e5 or 0.5 MB",
+        enabled=widgets_enabled())

@@ -6,6 +6,13 @@
   ``mini-course``'s own code) and returns the scores per student and grade id.
 - :func:`execute_notebook` runs a notebook top to bottom in a fresh kernel from its own
   folder and returns the errors per cell.
+- :func:`builder_path` / :func:`load_builder` find and import a chapter's notebook builder
+  (``course/build_chNN_topic.py``).
+- :func:`displayed_widget_bundle`: the mime bundle of a napkin widget shown as if a widget
+  frontend were there.
+- :func:`assert_solution_regions_equal_references` and
+  :func:`assert_signatures_and_docstrings_equal_references`: a notebook's exercise cells
+  against mini's references, for the slots a chapter test names.
 """
 from __future__ import annotations
 
@@ -21,7 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 COURSE = REPO / "course"
 
 __all__ = ["REPO", "COURSE", "chapters_with_notebooks", "GradedChapter", "grade_chapter",
-           "graded_once", "CellError", "execute_notebook", "test_cells", "quiet"]
+           "graded_once", "CellError", "execute_notebook", "test_cells", "quiet",
+           "builder_path", "load_builder", "displayed_widget_bundle", "assert_solution_regions_equal_references",
+           "assert_signatures_and_docstrings_equal_references"]
 
 
 def quiet(*_args, **_kwargs) -> None:
@@ -165,3 +174,61 @@ def execute_notebook(path: str | Path, timeout: int = 120) -> list[CellError]:
                                         o.get("ename", ""), o.get("evalue", "")))
                 break
     return errors
+
+
+# --------------------------------------------------------------------------- builders and notebooks
+
+def builder_path(chapter: str) -> Path:
+    """``course/build_chNN_topic.py``, the script that writes ``course/NN_topic/*.ipynb``."""
+    return COURSE / f"build_ch{chapter}.py"
+
+
+def load_builder(chapter: str):
+    """The builder of ``chapter`` (``"04_hardware"``) imported as a module (not run)."""
+    import importlib.util
+    path = builder_path(chapter)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def assert_solution_regions_equal_references(notebook: Path, slots: list[str]) -> None:
+    """The notebook's solution regions are exactly ``slots``, each equal to mini's reference."""
+    from grader.solutions import normalize, notebook_regions, reference_regions
+    nb = notebook_regions(notebook)
+    refs = reference_regions(REPO / "mini")
+    assert sorted(nb) == sorted(slots)
+    for slot in slots:
+        assert normalize(nb[slot]) == normalize(refs[slot][1]), slot
+
+
+def assert_signatures_and_docstrings_equal_references(notebook: Path, slots: list[str]) -> None:
+    """Each slot's ``@implement`` cell has the signature and docstring of mini's reference."""
+    import ast
+    import inspect
+    from mini.exercises import reference
+    by_name = {}
+    for cell in nbformat.read(str(notebook), as_version=4).cells:
+        if cell.cell_type == "code" and "@implement(" in cell.source:
+            fn = next(n for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef))
+            by_name[fn.name] = fn
+    for slot in slots:
+        ref = ast.parse(inspect.getsource(reference(slot))).body[0]
+        mine = by_name[ref.name]
+        assert ast.dump(mine.args) == ast.dump(ref.args), slot
+        assert ast.get_docstring(mine) == ast.get_docstring(ref), slot
+
+
+
+def displayed_widget_bundle(monkeypatch, module, widget: str, **kwargs) -> dict:
+    """Call ``module.<widget>(**kwargs)`` (a napkin widget of ``mini.napkin``) as if a
+    widget frontend were there and return the mime bundle of the one object it displayed."""
+    import pytest
+    pytest.importorskip("ipywidgets")
+    shown = []
+    monkeypatch.setattr(module, "widgets_enabled", lambda: True)
+    monkeypatch.setattr("IPython.display.display", lambda obj, *a, **k: shown.append(obj))
+    getattr(module, widget)(**kwargs)
+    (ui,) = shown
+    return ui._repr_mimebundle_()

@@ -8,8 +8,6 @@ scores zero, every catalogued mistake is caught) live in ``test_invariants.py``.
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,8 @@ import numpy as np
 import pytest
 
 import mini
+from helpers import (assert_signatures_and_docstrings_equal_references,
+                     assert_solution_regions_equal_references, displayed_widget_bundle)
 from mini.autograd import Function, forward_ad, graph
 from mini.napkin.autodiff import (activation_crossover_batch, gradient_passes, jacobian_bytes,
                                   mlp_saved_breakdown, mlp_saved_bytes)
@@ -191,14 +191,8 @@ def test_widget_prints_without_a_frontend(capsys, monkeypatch):
 
 
 def test_widget_object_has_a_text_fallback(monkeypatch):
-    pytest.importorskip("ipywidgets")
     import mini.napkin.widgets_autodiff as W
-    shown = []
-    monkeypatch.setattr(W, "widgets_enabled", lambda: True)
-    monkeypatch.setattr("IPython.display.display", lambda obj, *a, **k: shown.append(obj))
-    W.napkin_saved_bytes(estimate=None, plot=False)
-    (ui,) = shown
-    bundle = ui._repr_mimebundle_()
+    bundle = displayed_widget_bundle(monkeypatch, W, "napkin_saved_bytes", estimate=None, plot=False)
     assert "539,648" in bundle["text/plain"]
     assert "application/vnd.jupyter.widget-view+json" in bundle
 
@@ -356,81 +350,18 @@ def test_toposort_check_survives_a_deep_chain_quickly():
 
 # --------------------------------------------------------------------------- the notebook
 
-def _cells():
-    return nbformat.read(str(NOTEBOOK), as_version=4).cells
-
-
-def test_notebook_is_built_from_the_script():
-    r = subprocess.run([sys.executable, str(CHAPTER.parent / "build_ch02_autodiff.py"), "--check"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
-def test_notebook_has_no_outputs():
-    for cell in _cells():
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None
-
-
 def test_notebook_solution_regions_equal_the_references():
-    from grader.solutions import normalize, notebook_regions, reference_regions
-    nb = notebook_regions(NOTEBOOK)
-    refs = reference_regions(ROOT / "mini")
-    assert sorted(nb) == sorted(SLOTS)
-    for slot in SLOTS:
-        assert normalize(nb[slot]) == normalize(refs[slot][1]), slot
+    assert_solution_regions_equal_references(NOTEBOOK, SLOTS)
 
 
 def test_notebook_signatures_and_docstrings_equal_the_references():
-    import ast
-    import inspect
-    from mini.exercises import reference
-    by_name = {}
-    for cell in _cells():
-        if cell.cell_type == "code" and "@implement(" in cell.source:
-            fn = next(n for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef))
-            by_name[fn.name] = fn
-    for slot in SLOTS:
-        ref = ast.parse(inspect.getsource(reference(slot))).body[0]
-        mine = by_name[ref.name]
-        assert ast.dump(mine.args) == ast.dump(ref.args), slot
-        assert ast.get_docstring(mine) == ast.get_docstring(ref), slot
+    assert_signatures_and_docstrings_equal_references(NOTEBOOK, SLOTS)
 
 
-def test_notebook_grading_metadata_matches_the_checks():
-    from grader.checks import checks_for_chapter, solution_grade_id, test_grade_id
-    checks = checks_for_chapter(2)
-    assert sorted(checks) == sorted(SLOTS + OTHERS)
-    graded, solutions, ids = {}, set(), []
-    for cell in _cells():
-        meta = cell.metadata.get("nbgrader")
-        if not meta:
-            continue
-        assert meta["schema_version"] == 3
-        ids.append(meta["grade_id"])
-        if meta["grade"]:
-            assert meta["locked"] and not meta["solution"]
-            graded[meta["grade_id"]] = (meta["points"], cell.source)
-        if meta["solution"]:
-            assert not meta["grade"] and not meta["locked"]
-            solutions.add(meta["grade_id"])
-    assert len(ids) == len(set(ids)), "grade ids must be unique"
-    assert sum(points for points, _ in graded.values()) == 100
-    for slot, chk in checks.items():
-        points, source = graded[test_grade_id(slot)]
-        assert points == chk.points, slot
-        assert f'run_check("{slot}",' in source
-        assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
-        assert solution_grade_id(slot) in solutions
-
-
-def test_builder_points_equal_the_checks_points():
-    import ast
-    from grader.checks.ch02_autodiff import POINTS
-    tree = ast.parse((CHAPTER.parent / "build_ch02_autodiff.py").read_text())
-    (points,) = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                 and any(getattr(t, "id", None) == "POINTS" for t in n.targets)]
-    assert points == POINTS and sum(POINTS.values()) == 100
+def test_the_checks_are_the_chapters_slots():
+    """(The notebook's nbgrader metadata against these checks: ``test_invariants.py``.)"""
+    from grader.checks import checks_for_chapter
+    assert sorted(checks_for_chapter(2)) == sorted(SLOTS + OTHERS)
 
 
 @pytest.mark.slow

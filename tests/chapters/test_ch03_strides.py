@@ -6,8 +6,6 @@ scores zero, every catalogued mistake is caught) live in ``test_invariants.py``.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,8 @@ import numpy as np
 import pytest
 
 import mini
+from helpers import (assert_signatures_and_docstrings_equal_references,
+                     assert_solution_regions_equal_references, displayed_widget_bundle)
 from mini.ndarray import track_allocations
 from mini.napkin import DEFAULT_CHAIN, chain_bytes, chain_costs, nbytes
 
@@ -152,14 +152,8 @@ def test_widget_blames_a_reshape_that_never_copies(capsys, monkeypatch):
 
 
 def test_widget_object_has_a_text_fallback(monkeypatch):
-    pytest.importorskip("ipywidgets")
     import mini.napkin.widgets as W
-    shown = []
-    monkeypatch.setattr(W, "widgets_enabled", lambda: True)
-    monkeypatch.setattr("IPython.display.display", lambda obj, *a, **k: shown.append(obj))
-    W.napkin_chain(estimate=None, plot=False)
-    (ui,) = shown
-    bundle = ui._repr_mimebundle_()
+    bundle = displayed_widget_bundle(monkeypatch, W, "napkin_chain", estimate=None, plot=False)
     assert "2,000,000" in bundle["text/plain"]
     assert "application/vnd.jupyter.widget-view+json" in bundle
 
@@ -177,79 +171,23 @@ def test_show_views_draws_a_figure():
 
 # --------------------------------------------------------------------------- the notebook
 
-def _cells():
-    return nbformat.read(str(NOTEBOOK), as_version=4).cells
-
-
-def test_notebook_is_built_from_the_script():
-    r = subprocess.run([sys.executable, str(ROOT / "course" / "build_ch03_strides.py"), "--check"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
 def test_chapter_folder_holds_only_what_students_get():
     """nbgrader ships every file of the chapter folder: no build script, no answers."""
     assert sorted(p.name for p in CHAPTER.iterdir() if p.name != "__pycache__") == ["strides.ipynb"]
 
 
-def test_notebook_has_no_outputs():
-    for cell in _cells():
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None
-
-
 def test_notebook_solution_regions_equal_the_references():
-    from grader.solutions import normalize, notebook_regions, reference_regions
-    nb = notebook_regions(NOTEBOOK)
-    refs = reference_regions(ROOT / "mini")
-    assert sorted(nb) == sorted(SLOTS)
-    for slot in SLOTS:
-        assert normalize(nb[slot]) == normalize(refs[slot][1]), slot
+    assert_solution_regions_equal_references(NOTEBOOK, SLOTS)
 
 
 def test_notebook_signatures_and_docstrings_equal_the_references():
-    import ast
-    import inspect
-    from mini.exercises import reference
-    by_name = {}
-    for cell in _cells():
-        if cell.cell_type == "code" and "@implement(" in cell.source:
-            fn = next(n for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef))
-            by_name[fn.name] = fn
-    for slot in SLOTS:
-        ref = ast.parse(inspect.getsource(reference(slot))).body[0]
-        mine = by_name[ref.name]
-        assert ast.dump(mine.args) == ast.dump(ref.args), slot
-        assert ast.get_docstring(mine) == ast.get_docstring(ref), slot
+    assert_signatures_and_docstrings_equal_references(NOTEBOOK, SLOTS)
 
 
-def test_notebook_grading_metadata_matches_the_checks():
-    from grader.checks import checks_for_chapter, solution_grade_id, test_grade_id
-    checks = checks_for_chapter(3)
-    assert sorted(checks) == sorted(SLOTS + QUIZZES)
-    graded = {}
-    solutions = set()
-    ids = []
-    for cell in _cells():
-        meta = cell.metadata.get("nbgrader")
-        if not meta:
-            continue
-        assert meta["schema_version"] == 3
-        ids.append(meta["grade_id"])
-        if meta["grade"]:
-            assert meta["locked"] and not meta["solution"]
-            graded[meta["grade_id"]] = (meta["points"], cell.source)
-        if meta["solution"]:
-            assert not meta["grade"] and not meta["locked"]
-            solutions.add(meta["grade_id"])
-    assert len(ids) == len(set(ids)), "grade ids must be unique"
-    assert sum(points for points, _ in graded.values()) == 100
-    for slot, chk in checks.items():
-        points, source = graded[test_grade_id(slot)]
-        assert points == chk.points, slot
-        assert f'run_check("{slot}",' in source
-        assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
-        assert solution_grade_id(slot) in solutions
+def test_the_checks_are_the_chapters_slots():
+    """(The notebook's nbgrader metadata against these checks: ``test_invariants.py``.)"""
+    from grader.checks import checks_for_chapter
+    assert sorted(checks_for_chapter(3)) == sorted(SLOTS + QUIZZES)
 
 
 def test_reference_passes_every_check_repeatedly():

@@ -8,8 +8,6 @@ adds what is specific to chapter 05.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -152,12 +150,6 @@ def test_cnn_on_digits_reaches_97_percent_in_well_under_a_minute():
 
 
 # --------------------------------------------------------------------------- notebook and grader
-
-def test_notebook_is_built_from_the_current_references():
-    result = subprocess.run([sys.executable, str(ROOT / "course" / "build_ch05_training.py"),
-                             "--check"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-
 
 def test_every_slot_has_a_reference_a_check_and_a_notebook_cell():
     from grader.checks import checks_for_chapter

@@ -7,13 +7,22 @@
   message (in process, fast);
 - mini's reference of every slot of the chapter passes its check (in process);
 - the notebook's solution regions are mini's references, and each hidden-test cell is worth
-  the points of its check.
+  the points of its check;
+- the notebook is what its builder (``course/build_chNN_topic.py``) writes, without outputs,
+  and the builder's points are the checks' points;
+- the notebook's nbgrader metadata matches the chapter's checks.
 """
 from __future__ import annotations
 
 import pytest
 
-from helpers import COURSE, chapters_with_notebooks, execute_notebook, graded_once, test_cells
+import subprocess
+import sys
+
+import nbformat
+
+from helpers import (COURSE, builder_path, chapters_with_notebooks, execute_notebook, graded_once,
+                     load_builder, test_cells)
 
 CHAPTERS = chapters_with_notebooks()
 
@@ -93,7 +102,6 @@ def test_notebook_solutions_are_minis_references(chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_hidden_test_cells_carry_their_checks_points(chapter):
-    import nbformat
     from grader.checks import all_checks
     from grader.course import hidden_slots_by_cell
 
@@ -110,6 +118,56 @@ def test_hidden_test_cells_carry_their_checks_points(chapter):
             want = sum(checks[s].points for s in slot_ids)
             assert points == want, f"{nb_path.name}: cell {gid} is worth {points}, its checks {want}"
     assert total == 100, f"{chapter}: the test cells are worth {total} points, not 100"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_notebook_is_built_from_its_builder(chapter):
+    r = subprocess.run([sys.executable, str(builder_path(chapter)), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_notebook_has_no_outputs(chapter):
+    for nb_path in sorted((COURSE / chapter).glob("*.ipynb")):
+        for cell in nbformat.read(str(nb_path), as_version=4).cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_builder_points_are_the_checks_points(chapter):
+    import importlib
+    points = importlib.import_module(f"grader.checks.ch{chapter}").POINTS
+    assert load_builder(chapter).POINTS == points and sum(points.values()) == 100
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_notebook_grading_metadata_matches_the_checks(chapter):
+    from grader.checks import checks_for_chapter, solution_grade_id, test_grade_id
+    checks = checks_for_chapter(_number(chapter))
+    for nb_path in sorted((COURSE / chapter).glob("*.ipynb")):
+        graded, solutions, ids = {}, set(), []
+        for cell in nbformat.read(str(nb_path), as_version=4).cells:
+            meta = cell.metadata.get("nbgrader")
+            if not meta:
+                continue
+            assert meta["schema_version"] == 3
+            ids.append(meta["grade_id"])
+            if meta["grade"]:
+                assert meta["locked"] and not meta["solution"]
+                graded[meta["grade_id"]] = (meta["points"], cell.source)
+            if meta["solution"]:
+                assert not meta["grade"] and not meta["locked"]
+                solutions.add(meta["grade_id"])
+        assert len(ids) == len(set(ids)), "grade ids must be unique"
+        assert sum(points for points, _ in graded.values()) == 100
+        for slot, chk in checks.items():
+            points, source = graded[test_grade_id(slot)]
+            assert points == chk.points, slot
+            assert f'run_check("{slot}",' in source
+            assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
+            assert solution_grade_id(slot) in solutions
 
 
 @pytest.mark.nbgrader
