@@ -19,7 +19,7 @@ from typing import Callable
 
 __all__ = [
     "ExerciseNotImplemented", "exercise", "implement", "unregister", "reset",
-    "active", "reference", "slots", "SlotInfo",
+    "active", "reference", "runs_reference", "slots", "SlotInfo",
 ]
 
 # Chapter number -> the notebook a student works in (used in messages).
@@ -150,6 +150,26 @@ def active(slot_id: str) -> Callable:
     if slot_id not in _SLOTS:
         _import_owner_modules()
     return _ACTIVE.get(slot_id) or _SLOTS[slot_id].reference
+
+
+_IS_SOLUTION: dict[str, bool] = {}
+
+
+def runs_reference(slot_id: str) -> bool:
+    """True when ``slot_id`` runs mini's own reference solution: no student implementation
+    is registered and the reference is not a release stub.  Only then may mini replace the
+    slot by an equivalent fast path (a fused or native kernel) without bypassing the
+    student's code or doing an exercise that has not been done yet."""
+    if slot_id in _ACTIVE:
+        return False
+    ok = _IS_SOLUTION.get(slot_id)
+    if ok is None:
+        if slot_id not in _SLOTS:
+            _import_owner_modules()
+        code = getattr(_SLOTS[slot_id].reference, "__code__", None)
+        ok = code is not None and "ExerciseNotImplemented" not in code.co_names
+        _IS_SOLUTION[slot_id] = ok
+    return ok
 
 
 def reference(slot_id: str) -> Callable:

@@ -190,20 +190,38 @@ class Function(metaclass=FunctionMeta):
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from mini.autograd.tensor import Tensor
+        Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
         node = cls._node_cls()
         _ENABLED = grad_mode._ENABLED
-        needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
-        record = _ENABLED[0] and any(needs)
+        # one pass over the arguments: which need grad, and does any carry a tangent
+        needs = []
+        record = False
+        tangent = False
+        for a in args:
+            if isinstance(a, Tensor):
+                r = a.requires_grad
+                needs.append(r)
+                if r:
+                    record = True
+                if a._fw_tangent is not None:
+                    tangent = True
+            else:
+                needs.append(False)
+        record = record and _ENABLED[0]
         # forward may look at ctx.needs_input_grad to save only what backward will use
-        node.needs_input_grad = needs if record else (False,) * len(args)
-        forward_mode = _fw._LEVEL[0] and any(
-            isinstance(a, Tensor) and a._fw_tangent is not None for a in args)
+        node.needs_input_grad = tuple(needs) if record else (False,) * len(args)
+        forward_mode = tangent and _fw._LEVEL[0]
         if record or forward_mode:
             # (shape, dtype) of every argument (None for numbers): backward rules use it to
             # reduce broadcast gradients and cast them back to each input's dtype.
-            node._arg_meta = tuple((a._data.shape, a._data.dtype) if isinstance(a, Tensor)
-                                   else None for a in args)
+            meta = []
+            for a in args:
+                if isinstance(a, Tensor):
+                    d = a._data
+                    meta.append((d.shape, d.dtype))
+                else:
+                    meta.append(None)
+            node._arg_meta = meta = tuple(meta)
             if forward_mode:
                 node._fw_args = args
         prev, _ENABLED[0] = _ENABLED[0], False
@@ -219,13 +237,22 @@ class Function(metaclass=FunctionMeta):
             raise TypeError(f"{cls.__name__}.forward must return a single Tensor, got "
                             f"{type(out).__name__}")
         if record:
-            if any(out is a for a in args):
-                out = Tensor._wrap(out._data)  # never rewrite the history of an input returned as is
-            positions = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
-            node._tensor_positions = positions
+            for a in args:
+                if out is a:
+                    out = Tensor._wrap(out._data)  # never rewrite the history of an input returned as is
+                    break
+            positions = []
+            edges = []
+            input_meta = []
+            for i, a in enumerate(args):
+                if isinstance(a, Tensor):
+                    positions.append(i)
+                    edges.append(_edge(a))
+                    input_meta.append(meta[i])
+            node._tensor_positions = tuple(positions)
             node._n_args = len(args)
-            node.next_functions = tuple(_edge(args[i]) for i in positions)
-            node._input_meta = tuple((args[i]._data.shape, args[i].dtype) for i in positions)
+            node.next_functions = tuple(edges)
+            node._input_meta = tuple(input_meta)
             out.grad_fn = node
             out.requires_grad = True
         if forward_mode:
@@ -234,9 +261,20 @@ class Function(metaclass=FunctionMeta):
         return out
 
 
+_TENSOR: list = []
+
+
+def _tensor_class():
+    from mini.autograd.tensor import Tensor
+    _TENSOR.append(Tensor)
+    return Tensor
+
+
 def _edge(t):
-    if t.grad_fn is not None:
-        return (t.grad_fn, 0)
+    fn = t.grad_fn
+    if fn is not None:
+        return (fn, 0)
     if t.requires_grad:
-        return (t._accumulate_node(), 0)
+        acc = t._accumulate
+        return (acc if acc is not None else t._accumulate_node(), 0)
     return (None, 0)

@@ -237,10 +237,11 @@ class Tensor:
         return self
 
     def _accumulate_node(self):
-        from mini.autograd.function import AccumulateGrad
-        if self._accumulate is None:
-            self._accumulate = AccumulateGrad(self)
-        return self._accumulate
+        acc = self._accumulate
+        if acc is None:
+            from mini.autograd.function import AccumulateGrad
+            acc = self._accumulate = AccumulateGrad(self)
+        return acc
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None):
         """Accumulate d(self)/d(leaf) into the ``.grad`` of every leaf that requires grad."""

@@ -6,12 +6,55 @@ Buffers are flat numpy arrays.  Kernels read strided inputs through numpy views
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
 from mini.ndarray.memory import record_allocation
 
 ALIGNMENT = 64  # bytes: one cache line
+
+
+# Large buffers are recycled.  A fresh multi-megabyte numpy array is fresh memory from the
+# OS: every page faults (and is zeroed) on first touch, which costs more than the kernel
+# that fills it (a LeNet conv step: ~3000 faults, a third of its time).  So the raw blocks
+# of large buffers stay in a small pool and are handed out again once nothing refers to
+# them any more (every view of a buffer keeps its raw block alive, so a block whose only
+# reference is the pool's is free).  Buffers stay uninitialised, as np.empty's are, and
+# every allocation is still counted by record_allocation.
+# The "nothing refers to it" test reads the block's reference count, which is exact only
+# on CPython with the GIL before 3.14 (3.14's interpreter may hold borrowed references the
+# count does not show; free-threaded builds count differently).  Elsewhere: no pool.
+POOL_ENABLED = (sys.implementation.name == "cpython" and sys.version_info < (3, 14)
+                and getattr(sys, "_is_gil_enabled", lambda: True)())
+POOL_MIN_BYTES = 1 << 17        # smaller buffers come from malloc's heap anyway
+POOL_MAX_BYTES = 64 << 20       # larger blocks are never kept
+POOL_MAX_TOTAL = 256 << 20      # at most this much kept by the pool, in use or free
+POOL_MAX_BLOCKS = 32
+_pool: list = []
+
+
+def _pooled_raw(nbytes: int) -> np.ndarray:
+    pool = _pool
+    best = None
+    for i in range(len(pool)):
+        raw = pool[i]
+        # refs: the pool list, the local `raw` and getrefcount's argument (no enumerate:
+        # its cached result tuple would hold one more)
+        if nbytes <= raw.size <= nbytes + (nbytes >> 2) and sys.getrefcount(raw) <= 3:
+            if best is None or raw.size < pool[best].size:
+                best = i
+    raw = None
+    if best is not None:
+        return pool[best]
+    raw = np.empty(nbytes, dtype=np.uint8)
+    if nbytes <= POOL_MAX_BYTES:
+        pool.append(raw)
+        total = sum(r.size for r in pool)
+        while len(pool) > POOL_MAX_BLOCKS or total > POOL_MAX_TOTAL:
+            # forget the oldest block (it lives on, unpooled, while views of it exist)
+            total -= pool.pop(0).size
+    return raw
 
 
 def aligned_empty(size: int, np_dtype) -> np.ndarray:
@@ -21,7 +64,10 @@ def aligned_empty(size: int, np_dtype) -> np.ndarray:
     if nbytes <= ALIGNMENT:  # fits in one cache line: alignment buys nothing
         record_allocation(nbytes)
         return np.empty(size, dtype=np_dtype)
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    if POOL_ENABLED and nbytes >= POOL_MIN_BYTES:
+        raw = _pooled_raw(nbytes + ALIGNMENT)
+    else:
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
     buf = raw[start:start + nbytes].view(np_dtype)
     record_allocation(nbytes)
@@ -62,6 +108,19 @@ UNARY = {
     "isfinite": np.isfinite, "isnan": np.isnan, "logical_not": np.logical_not,
 }
 BOOL_RESULT = {"isfinite", "isnan", "logical_not"}
+
+
+def _blas_operand(x: np.ndarray) -> np.ndarray:
+    """``x``, or a compact copy when numpy could not hand it to BLAS: a matrix with a zero
+    stride (a broadcast, e.g. the gradient of ``sum()``) or with no unit stride makes
+    np.matmul fall back to a loop that is 10-100x slower than the copy."""
+    if x.ndim >= 2 and x.size > 1 and x.dtype.kind == "f":
+        s0, s1 = x.strides[-2], x.strides[-1]
+        item = x.itemsize
+        if (s0 == 0 and x.shape[-2] > 1) or (s1 == 0 and x.shape[-1] > 1) \
+                or (s0 != item and s1 != item):
+            return np.ascontiguousarray(x)
+    return x
 
 
 class NumpyBackend:
@@ -165,7 +224,8 @@ class NumpyBackend:
 
     def matmul(self, a, b, out_shape) -> np.ndarray:
         out = self.empty(math.prod(out_shape), np.result_type(a.dtype.np, b.dtype.np))
-        np.matmul(a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(out_shape))
+        np.matmul(_blas_operand(a.to_numpy_view()), _blas_operand(b.to_numpy_view()),
+                  out=out.reshape(out_shape))
         return out
 
     def setitem(self, dst, src) -> None:

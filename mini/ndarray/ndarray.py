@@ -14,7 +14,9 @@ import numpy as np
 
 from mini.backends import get_backend
 from mini.ndarray import strides as S
-from mini.ndarray.dtypes import as_dtype, dtype as DType, result_dtype, bool_
+from mini.ndarray.dtypes import as_dtype, dtype as DType, result_dtype, bool_, _BY_NUMPY
+
+_new_ndarray = object.__new__
 
 
 class Storage:
@@ -51,9 +53,24 @@ class NDArray:
     # --- construction ----------------------------------------------------------------
     @staticmethod
     def make(buf: np.ndarray, shape, device) -> "NDArray":
-        """Wrap a fresh compact buffer (trusted: no bounds check needed)."""
+        """Wrap a fresh compact buffer (trusted: no bounds check needed).
+
+        The hot path of every op: the fields are set directly, and the numpy view of the
+        new compact array is made here, once (a reshape), so later kernels never build it
+        with ``as_strided``."""
         shape = tuple(shape)
-        return NDArray(Storage(buf, device), shape, S.row_major_strides(shape), 0, check=False)
+        a = _new_ndarray(NDArray)
+        a.storage = Storage(buf, device)
+        a.shape = shape
+        a.strides = S.row_major_strides(shape)
+        a.offset = 0
+        d = _BY_NUMPY.get(buf.dtype)
+        a.dtype = d if d is not None else as_dtype(buf.dtype)
+        try:
+            a._np = buf.reshape(shape) if buf.ndim == 1 and buf.size == math.prod(shape) else None
+        except ValueError:
+            a._np = None
+        return a
 
     @staticmethod
     def from_numpy(array, device=None, dtype=None) -> "NDArray":
@@ -243,6 +260,8 @@ class NDArray:
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
             if op in _COMPARISONS:
                 out_dtype = bool_
+            elif a.dtype is b.dtype and a.dtype.is_floating_point:
+                out_dtype = a.dtype  # the common case: nothing to promote or cast
             else:
                 out_dtype = result_dtype(a.dtype, b.dtype)
                 if op == "div" and not out_dtype.is_floating_point:

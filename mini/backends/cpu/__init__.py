@@ -89,17 +89,39 @@ class CpuBackend(NumpyBackend):
         return super().reduce(op, a, axes, keepdims, out_shape)
 
     def matmul(self, a, b, out_shape):
+        # 2-D float operands go to the kernel as they are: buffer, offset and strides (in
+        # elements), so transposed and other strided views are multiplied without a copy.
         if a.ndim == 2 and b.ndim == 2 and a.storage.data.dtype in _FLOATS \
                 and a.storage.data.dtype == b.storage.data.dtype:
-            a = a.compact() if not a.is_compact() else a
-            b = b.compact() if not b.is_compact() else b
             m, k = a.shape
             n = b.shape[1]
             out = self.empty(m * n, a.storage.data.dtype)
             if m and n:
-                if k == 0:
-                    out[...] = 0
-                else:
-                    self.ext.matmul(self._flat(a), self._flat(b), out, m, k, n)
+                self.ext.matmul_strided(a.storage.data, a.offset, a.strides[0], a.strides[1],
+                                        b.storage.data, b.offset, b.strides[0], b.strides[1],
+                                        out, m, k, n)
             return out
         return super().matmul(a, b, out_shape)
+
+    def im2col(self, x, kernel_size, stride, padding) -> np.ndarray | None:
+        """The im2col matrix of the NDArray ``x`` (NCHW) as a flat buffer, or None when the
+        kernel can't take it (not float32/float64)."""
+        if x.storage.data.dtype not in _FLOATS:
+            return None
+        fx = self._flat(x if x.is_compact() else x.compact())
+        n, c, h, w = x.shape
+        kh, kw = kernel_size
+        ho = (h + 2 * padding[0] - kh) // stride[0] + 1
+        wo = (w + 2 * padding[1] - kw) // stride[1] + 1
+        out = self.empty(n * ho * wo * c * kh * kw, fx.dtype)
+        self.ext.im2col(fx, list(x.shape), list(kernel_size), list(stride), list(padding), out)
+        return out
+
+    def col2im(self, cols, x_shape, kernel_size, stride, padding) -> np.ndarray | None:
+        """The adjoint of :meth:`im2col`: a flat buffer of ``x_shape``, or None (not float)."""
+        if cols.storage.data.dtype not in _FLOATS:
+            return None
+        fc = self._flat(cols if cols.is_compact() else cols.compact())
+        out = self.empty(math.prod(x_shape), fc.dtype)
+        self.ext.col2im(fc, list(x_shape), list(kernel_size), list(stride), list(padding), out)
+        return out

@@ -659,6 +659,12 @@ void reduce_last(const std::string& op, const py::object& a_o, int64_t n, const 
 // On x86-64 with gcc or clang the tile code is compiled three times (AVX-512, AVX2+FMA,
 // baseline SSE2) with a register tile that fits each, and the fastest one the CPU supports
 // is picked at run time: the build stays portable (no -march=native) yet uses wide vectors.
+//
+// Operands are read through (row stride, column stride) pairs, so `matmul_strided` packs a
+// transposed or otherwise strided view directly (no compact copy first).  Products with a
+// small output and a long reduction (weight gradients) split the reduction across threads
+// instead of the output (`skinny_t`), and outputs at most 16 floats / 8 doubles wide use
+// the AVX2 tile rather than the twice-as-wide AVX-512 one.
 
 #if defined(__GNUC__)
 #define MINI_INLINE inline __attribute__((always_inline))
@@ -679,16 +685,23 @@ constexpr int64_t kNCStep = 32;
 template <typename T> struct Blocks { static constexpr int64_t KC = 256, NC = 512; };
 template <> struct Blocks<double> { static constexpr int64_t KC = 256, NC = 256; };
 
+// Packing reads A(i, p) at A[i*rs + p*cs] and B(p, j) at B[p*rs + j*cs], so transposed
+// (or otherwise strided) operands are packed straight from their views, never copied first.
 template <typename T, int MR>
-MINI_INLINE void pack_a(const T* A, int64_t lda, int64_t mc, int64_t kc, T* Ap) {
+MINI_INLINE void pack_a(const T* A, int64_t rs, int64_t cs, int64_t mc, int64_t kc, T* Ap) {
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
         const int64_t mr = std::min<int64_t>(MR, mc - i0);
-        if (mr == MR) {
+        if (mr == MR && cs == 1) {
             for (int64_t p = 0; p < kc; ++p)
-                for (int i = 0; i < MR; ++i) Ap[p * MR + i] = A[(i0 + i) * lda + p];
+                for (int i = 0; i < MR; ++i) Ap[p * MR + i] = A[(i0 + i) * rs + p];
+        } else if (mr == MR && rs == 1) {  // a transposed operand: columns are contiguous
+            for (int64_t p = 0; p < kc; ++p) {
+                const T* col = A + i0 + p * cs;
+                for (int i = 0; i < MR; ++i) Ap[p * MR + i] = col[i];
+            }
         } else {
             for (int64_t p = 0; p < kc; ++p) {
-                for (int64_t i = 0; i < mr; ++i) Ap[p * MR + i] = A[(i0 + i) * lda + p];
+                for (int64_t i = 0; i < mr; ++i) Ap[p * MR + i] = A[(i0 + i) * rs + p * cs];
                 for (int64_t i = mr; i < MR; ++i) Ap[p * MR + i] = T(0);
             }
         }
@@ -697,17 +710,26 @@ MINI_INLINE void pack_a(const T* A, int64_t lda, int64_t mc, int64_t kc, T* Ap) 
 }
 
 template <typename T, int NR>
-MINI_INLINE void pack_b(const T* B, int64_t ldb, int64_t kc, int64_t nc, T* Bp) {
+MINI_INLINE void pack_b(const T* B, int64_t rs, int64_t cs, int64_t kc, int64_t nc, T* Bp) {
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         const int64_t nr = std::min<int64_t>(NR, nc - j0);
-        for (int64_t p = 0; p < kc; ++p) {
-            const T* row = B + p * ldb + j0;
-            if (nr == NR) {
-                for (int j = 0; j < NR; ++j) Bp[p * NR + j] = row[j];
-            } else {
-                for (int64_t j = 0; j < nr; ++j) Bp[p * NR + j] = row[j];
-                for (int64_t j = nr; j < NR; ++j) Bp[p * NR + j] = T(0);
+        if (cs == 1) {
+            for (int64_t p = 0; p < kc; ++p) {
+                const T* row = B + p * rs + j0;
+                if (nr == NR) {
+                    for (int j = 0; j < NR; ++j) Bp[p * NR + j] = row[j];
+                } else {
+                    for (int64_t j = 0; j < nr; ++j) Bp[p * NR + j] = row[j];
+                    for (int64_t j = nr; j < NR; ++j) Bp[p * NR + j] = T(0);
+                }
             }
+        } else {  // strided columns (a transposed operand reads along p contiguously)
+            for (int64_t j = 0; j < nr; ++j) {
+                const T* col = B + (j0 + j) * cs;
+                for (int64_t p = 0; p < kc; ++p) Bp[p * NR + j] = col[p * rs];
+            }
+            for (int64_t j = nr; j < NR; ++j)
+                for (int64_t p = 0; p < kc; ++p) Bp[p * NR + j] = T(0);
         }
         Bp += kc * NR;
     }
@@ -774,13 +796,13 @@ MINI_INLINE void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __res
 // One task: C[ic:ic+mc, jc:jc+nc] = A[ic:ic+mc, :] @ B[:, jc:jc+nc].
 template <typename T, int MR, int NR, int VB>
 MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t n, int64_t ic, int64_t mc, int64_t jc,
-                           int64_t nc, T* Ap, T* Bp) {
+                           int64_t nc, T* Ap, T* Bp, int64_t ars, int64_t acs, int64_t brs, int64_t bcs) {
     static_assert(kMCStep % MR == 0 && kNCStep % NR == 0, "tiles must nest");
     constexpr int64_t KC = Blocks<T>::KC;
     for (int64_t pc = 0; pc < k; pc += KC) {
         const int64_t kc = std::min<int64_t>(KC, k - pc);
-        pack_a<T, MR>(A + ic * k + pc, k, mc, kc, Ap);
-        pack_b<T, NR>(B + pc * n + jc, n, kc, nc, Bp);
+        pack_a<T, MR>(A + ic * ars + pc * acs, ars, acs, mc, kc, Ap);
+        pack_b<T, NR>(B + pc * brs + jc * bcs, brs, bcs, kc, nc, Bp);
         for (int64_t jr = 0; jr < nc; jr += NR) {
             const int64_t nr = std::min<int64_t>(NR, nc - jr);
             for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -793,11 +815,12 @@ MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t n, i
 }
 
 template <typename T>
-using TileFn = void (*)(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, T*, T*);
+using TileFn = void (*)(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, T*, T*,
+                        int64_t, int64_t, int64_t, int64_t);
 
 #define MINI_TILE_ARGS(T) const T *A, const T *B, T *C, int64_t k, int64_t n, int64_t ic, int64_t mc, int64_t jc, \
-                          int64_t nc, T *Ap, T *Bp
-#define MINI_TILE_PASS A, B, C, k, n, ic, mc, jc, nc, Ap, Bp
+                          int64_t nc, T *Ap, T *Bp, int64_t ars, int64_t acs, int64_t brs, int64_t bcs
+#define MINI_TILE_PASS A, B, C, k, n, ic, mc, jc, nc, Ap, Bp, ars, acs, brs, bcs
 
 void tile_f32_base(MINI_TILE_ARGS(float)) { gemm_tile<float, 6, 8, 16>(MINI_TILE_PASS); }
 void tile_f64_base(MINI_TILE_ARGS(double)) { gemm_tile<double, 6, 4, 16>(MINI_TILE_PASS); }
@@ -844,6 +867,24 @@ void set_matmul_isa(const std::string& isa) {
         value_error("matmul", "instruction set '" + isa + "' is not available on this CPU/build; available: auto, " + names);
     }
     g_matmul_isa = chosen;
+}
+
+template <typename T> TileFn<T> pick_tile_for(const std::string& isa);
+template <> TileFn<float> pick_tile_for<float>(const std::string& isa) {
+#ifdef MINI_X86_DISPATCH
+    if (isa == "avx512") return tile_f32_avx512;
+    if (isa == "avx2") return tile_f32_avx2;
+#endif
+    (void)isa;
+    return tile_f32_base;
+}
+template <> TileFn<double> pick_tile_for<double>(const std::string& isa) {
+#ifdef MINI_X86_DISPATCH
+    if (isa == "avx512") return tile_f64_avx512;
+    if (isa == "avx2") return tile_f64_avx2;
+#endif
+    (void)isa;
+    return tile_f64_base;
 }
 
 template <typename T> TileFn<T> pick_tile();
@@ -900,18 +941,185 @@ void gemv(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n) {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// Small output, long reduction (weight gradients: C(150 x 16) = A(150 x 37k) @ B(37k x 16)):
+// tiling the output would leave one or two tasks and waste most of each micro-tile, so the
+// reduction is split instead.  Each thread sums outer products A[:, p] B[p, :] over its
+// range of p into a private block of C (in T, folded into double every 256 steps), and the
+// partial sums are added in thread order (deterministic for a given thread count).
+constexpr int64_t kSkinnyMaxOut = 16384;  // m * n at most (64 KiB of float32 accumulators)
+
+inline bool skinny_shape(int64_t m, int64_t k, int64_t n) {
+    return m * n <= kSkinnyMaxOut && k >= 256 && k >= 4 * std::max(m, n);
+}
+
+// One thread's share of the skinny product: part[q] += sum over p in [p0, p1) of the outer
+// products, accumulated in T for 256 steps at a time (acc holds m*n elements).
 template <typename T>
-void matmul_t(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n, TileFn<T> tile) {
+MINI_INLINE void skinny_range(const T* A, int64_t ars, int64_t acs, const T* B, int64_t brs, int64_t bcs, int64_t m,
+                              int64_t n, int64_t p0, int64_t p1, bool ji, T* __restrict acc, double* __restrict part) {
+    const int64_t mn = m * n;
+    for (int64_t pb = p0; pb < p1; pb += 256) {
+        const int64_t pe = std::min<int64_t>(pb + 256, p1);
+        for (int64_t q = 0; q < mn; ++q) acc[q] = T(0);
+        int64_t p = pb;
+        // Four steps of p at a time: one load and store of each accumulator per four
+        // multiply-adds.
+        for (; p + 4 <= pe; p += 4) {
+            const T* __restrict a0 = A + p * acs;
+            const T* __restrict a1 = a0 + acs;
+            const T* __restrict a2 = a1 + acs;
+            const T* __restrict a3 = a2 + acs;
+            const T* __restrict b0 = B + p * brs;
+            const T* __restrict b1 = b0 + brs;
+            const T* __restrict b2 = b1 + brs;
+            const T* __restrict b3 = b2 + brs;
+            if (ji) {
+                for (int64_t j = 0; j < n; ++j) {
+                    const T x0 = b0[j * bcs], x1 = b1[j * bcs], x2 = b2[j * bcs], x3 = b3[j * bcs];
+                    T* __restrict c = acc + j * m;
+                    for (int64_t i = 0; i < m; ++i) c[i] += (x0 * a0[i] + x1 * a1[i]) + (x2 * a2[i] + x3 * a3[i]);
+                }
+            } else {
+                for (int64_t i = 0; i < m; ++i) {
+                    const T x0 = a0[i * ars], x1 = a1[i * ars], x2 = a2[i * ars], x3 = a3[i * ars];
+                    T* __restrict c = acc + i * n;
+                    if (bcs == 1) {
+                        for (int64_t j = 0; j < n; ++j) c[j] += (x0 * b0[j] + x1 * b1[j]) + (x2 * b2[j] + x3 * b3[j]);
+                    } else {
+                        for (int64_t j = 0; j < n; ++j)
+                            c[j] += (x0 * b0[j * bcs] + x1 * b1[j * bcs]) + (x2 * b2[j * bcs] + x3 * b3[j * bcs]);
+                    }
+                }
+            }
+        }
+        for (; p < pe; ++p) {
+            const T* __restrict ap = A + p * acs;
+            const T* __restrict bp = B + p * brs;
+            if (ji) {
+                for (int64_t j = 0; j < n; ++j) {
+                    const T b = bp[j * bcs];
+                    T* __restrict c = acc + j * m;
+                    for (int64_t i = 0; i < m; ++i) c[i] += b * ap[i];
+                }
+            } else if (bcs == 1) {
+                for (int64_t i = 0; i < m; ++i) {
+                    const T a = ap[i * ars];
+                    T* __restrict c = acc + i * n;
+                    for (int64_t j = 0; j < n; ++j) c[j] += a * bp[j];
+                }
+            } else {
+                for (int64_t i = 0; i < m; ++i) {
+                    const T a = ap[i * ars];
+                    T* __restrict c = acc + i * n;
+                    for (int64_t j = 0; j < n; ++j) c[j] += a * bp[j * bcs];
+                }
+            }
+        }
+        for (int64_t q = 0; q < mn; ++q) part[q] += static_cast<double>(acc[q]);
+    }
+}
+
+template <typename T>
+using SkinnyFn = void (*)(const T*, int64_t, int64_t, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          bool, T*, double*);
+#define MINI_SKINNY_ARGS(T) const T *A, int64_t ars, int64_t acs, const T *B, int64_t brs, int64_t bcs, int64_t m, \
+                            int64_t n, int64_t p0, int64_t p1, bool ji, T *acc, double *part
+#define MINI_SKINNY_PASS A, ars, acs, B, brs, bcs, m, n, p0, p1, ji, acc, part
+void skinny_f32_base(MINI_SKINNY_ARGS(float)) { skinny_range<float>(MINI_SKINNY_PASS); }
+void skinny_f64_base(MINI_SKINNY_ARGS(double)) { skinny_range<double>(MINI_SKINNY_PASS); }
+#ifdef MINI_X86_DISPATCH
+__attribute__((target("avx2,fma"))) void skinny_f32_avx2(MINI_SKINNY_ARGS(float)) {
+    skinny_range<float>(MINI_SKINNY_PASS);
+}
+__attribute__((target("avx2,fma"))) void skinny_f64_avx2(MINI_SKINNY_ARGS(double)) {
+    skinny_range<double>(MINI_SKINNY_PASS);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void skinny_f32_avx512(MINI_SKINNY_ARGS(float)) {
+    skinny_range<float>(MINI_SKINNY_PASS);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void skinny_f64_avx512(MINI_SKINNY_ARGS(double)) {
+    skinny_range<double>(MINI_SKINNY_PASS);
+}
+#endif
+
+template <typename T> SkinnyFn<T> pick_skinny();
+template <> SkinnyFn<float> pick_skinny<float>() {
+#ifdef MINI_X86_DISPATCH
+    if (g_matmul_isa == "avx512") return skinny_f32_avx512;
+    if (g_matmul_isa == "avx2") return skinny_f32_avx2;
+#endif
+    return skinny_f32_base;
+}
+template <> SkinnyFn<double> pick_skinny<double>() {
+#ifdef MINI_X86_DISPATCH
+    if (g_matmul_isa == "avx512") return skinny_f64_avx512;
+    if (g_matmul_isa == "avx2") return skinny_f64_avx2;
+#endif
+    return skinny_f64_base;
+}
+
+template <typename T>
+void skinny_t(const T* A, int64_t ars, int64_t acs, const T* B, int64_t brs, int64_t bcs, T* C, int64_t m,
+              int64_t k, int64_t n) {
+    const int64_t mn = m * n;
+    // Accumulator layout: [m][n] with the inner loop over j, or [n][m] with the inner loop
+    // over i when A's column is the contiguous (and longer) run.
+    const bool ji = ars == 1 && (bcs != 1 || m > n);
+    const SkinnyFn<T> fn = pick_skinny<T>();
+    int nt = 1;
+#ifndef MINI_NO_OPENMP
+    if (go_parallel(mn * std::min<int64_t>(k, int64_t(1) << 20) / 32))
+        nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_threads(), k / 128)));
+#endif
+    std::vector<double> parts(static_cast<size_t>(nt * mn), 0.0);
+    auto body = [&](int64_t t) {
+        std::vector<T> acc(static_cast<size_t>(mn));
+        fn(A, ars, acs, B, brs, bcs, m, n, k * t / nt, k * (t + 1) / nt, ji, acc.data(), parts.data() + t * mn);
+    };
+#ifndef MINI_NO_OPENMP
+    if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+        for (int64_t t = 0; t < nt; ++t) body(t);
+    } else {
+        body(0);
+    }
+#else
+    body(0);
+#endif
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t q = ji ? j * m + i : i * n + j;
+            double s = 0;
+            for (int t = 0; t < nt; ++t) s += parts[static_cast<size_t>(t * mn + q)];
+            C[i * n + j] = static_cast<T>(s);
+        }
+}
+
+// C(m x n, row-major, compact) = A @ B with A(i, p) at A[i*ars + p*acs] and B(p, j) at
+// B[p*brs + j*bcs]: any strides, so transposed views are multiplied without a copy.
+template <typename T>
+void matmul_t(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n, TileFn<T> tile, int64_t ars,
+              int64_t acs, int64_t brs, int64_t bcs) {
     constexpr int64_t KC = Blocks<T>::KC;
     if (m == 0 || n == 0) return;
     if (k == 0) {
         parallel_for(m * n, [&](int64_t i) { C[i] = T(0); });
         return;
     }
-    if (m == 1 || n == 1) {  // matrix-vector products: packing would waste most of the tile
+    // matrix-vector products of compact operands: packing would waste most of the tile
+    if ((m == 1 || n == 1) && acs == 1 && ars == k && bcs == 1 && brs == n) {
         gemv(A, B, C, m, k, n);
         return;
     }
+    if (skinny_shape(m, k, n)) {
+        skinny_t(A, ars, acs, B, brs, bcs, C, m, k, n);
+        return;
+    }
+#ifdef MINI_X86_DISPATCH
+    // Narrow outputs: the AVX2 tile (NR = 16 floats / 8 doubles) wastes less of each
+    // micro-tile than the AVX-512 one (NR = 32 / 16).
+    if (g_matmul_isa == "avx512" && n <= 64 / static_cast<int64_t>(sizeof(T))) tile = pick_tile_for<T>("avx2");
+#endif
     // Task blocks: as large as the caches allow, shrunk (down to 12 x 32) while there are
     // fewer than two tasks per thread, so small and skinny products still use every core.
     int64_t mc = std::min(kMC, round_up(m, kMCStep));
@@ -936,7 +1144,7 @@ void matmul_t(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n, Til
     const size_t b_len = static_cast<size_t>((nc + kMaxNR) * KC);
     auto run = [&](int64_t t, T* Ap, T* Bp) {
         const int64_t ic = (t / col_tiles) * mc, jc = (t % col_tiles) * nc;
-        tile(A, B, C, k, n, ic, std::min(mc, m - ic), jc, std::min(nc, n - jc), Ap, Bp);
+        tile(A, B, C, k, n, ic, std::min(mc, m - ic), jc, std::min(nc, n - jc), Ap, Bp, ars, acs, brs, bcs);
     };
 #ifndef MINI_NO_OPENMP
     if (par && tasks > 1) {
@@ -980,12 +1188,258 @@ void matmul(const py::object& a_o, const py::object& b_o, const py::object& out_
     if (a.dtype == DType::f32) {
         TileFn<float> tile = pick_tile<float>();
         py::gil_scoped_release nogil;
-        matmul_t(cptr<float>(a), cptr<float>(b), ptr<float>(out), m, k, n, tile);
+        matmul_t(cptr<float>(a), cptr<float>(b), ptr<float>(out), m, k, n, tile, k, 1, n, 1);
     } else {
         TileFn<double> tile = pick_tile<double>();
         py::gil_scoped_release nogil;
-        matmul_t(cptr<double>(a), cptr<double>(b), ptr<double>(out), m, k, n, tile);
+        matmul_t(cptr<double>(a), cptr<double>(b), ptr<double>(out), m, k, n, tile, k, 1, n, 1);
     }
+}
+
+// The lowest and highest element a 2-D view (r x c, strides rs / cs, offset) reaches; the
+// view must lie inside a buffer of `size` elements.
+void check_view_2d(const char* kernel, const char* name, int64_t size, int64_t offset, int64_t r, int64_t c,
+                   int64_t rs, int64_t cs) {
+    if (offset < 0) value_error(kernel, std::string("'") + name + "' offset must be >= 0, got " + std::to_string(offset));
+    if (r == 0 || c == 0) return;
+    int64_t lo = offset, hi = offset;
+    const std::string strides = "strides [" + std::to_string(rs) + ", " + std::to_string(cs) + "]";
+    for (auto [d, st] : {std::pair<int64_t, int64_t>{r, rs}, std::pair<int64_t, int64_t>{c, cs}}) {
+        int64_t span = checked_mul(kernel, d - 1, st, std::string("the span of '") + name + "' " + strides);
+        if (span < 0) lo = checked_add(kernel, lo, span, "the lowest offset");
+        else hi = checked_add(kernel, hi, span, "the highest offset");
+    }
+    if (lo < 0 || hi >= size) {
+        value_error(kernel, std::string("'") + name + "' as a " + std::to_string(r) + " x " + std::to_string(c) +
+                                " view (" + strides + ", offset " + std::to_string(offset) + ") reaches elements " +
+                                std::to_string(lo) + ".." + std::to_string(hi) + " but the buffer has " +
+                                std::to_string(size) + " elements");
+    }
+}
+
+void matmul_strided(const py::object& a_o, int64_t a_off, int64_t ars, int64_t acs, const py::object& b_o,
+                    int64_t b_off, int64_t brs, int64_t bcs, const py::object& out_o, int64_t m, int64_t k,
+                    int64_t n) {
+    const char* K = "matmul_strided";
+    Buf a = check_buffer(K, "a", a_o, false);
+    Buf b = check_buffer(K, "b", b_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, a, "a", b, "b");
+    check_same_dtype(K, a, "a", out, "out");
+    if (m < 0 || k < 0 || n < 0) {
+        value_error(K, "m, k, n must be >= 0, got m=" + std::to_string(m) + ", k=" + std::to_string(k) +
+                           ", n=" + std::to_string(n));
+    }
+    if (mul_overflows(m, n) || m * n != out.size) {
+        value_error(K, "'out' has " + std::to_string(out.size) + " elements but m x n = " + std::to_string(m) +
+                           " x " + std::to_string(n));
+    }
+    if (m && n && k) {  // only a product that reads them needs the views inside their buffers
+        check_view_2d(K, "a", a.size, a_off, m, k, ars, acs);
+        check_view_2d(K, "b", b.size, b_off, k, n, brs, bcs);
+    }
+    check_no_overlap(K, a, "a", out);
+    check_no_overlap(K, b, "b", out);
+    if (a.dtype == DType::f32) {
+        TileFn<float> tile = pick_tile<float>();
+        const float* A = m && k ? cptr<float>(a) + a_off : nullptr;
+        const float* B = k && n ? cptr<float>(b) + b_off : nullptr;
+        py::gil_scoped_release nogil;
+        matmul_t(A, B, ptr<float>(out), m, k, n, tile, ars, acs, brs, bcs);
+    } else {
+        TileFn<double> tile = pick_tile<double>();
+        const double* A = m && k ? cptr<double>(a) + a_off : nullptr;
+        const double* B = k && n ? cptr<double>(b) + b_off : nullptr;
+        py::gil_scoped_release nogil;
+        matmul_t(A, B, ptr<double>(out), m, k, n, tile, ars, acs, brs, bcs);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// im2col / col2im (NCHW; padding on both sides; rows (b, i, j), columns (c, p, q)), the
+// fast kernels behind the conv ops on the cpu device (the chapter 04 exercises are the
+// numpy versions of the same maps).
+
+struct ConvGeom {
+    int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo;
+};
+
+ConvGeom check_geom(const char* K, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
+    if (x_shape.size() != 4) value_error(K, "x_shape must be (N, C, H, W), got " + list_str(x_shape));
+    if (kernel.size() != 2 || stride.size() != 2 || padding.size() != 2)
+        value_error(K, "kernel_size, stride and padding must be pairs, got " + list_str(kernel) + ", " +
+                           list_str(stride) + ", " + list_str(padding));
+    for (int64_t d : x_shape)
+        if (d < 0) value_error(K, "negative dimension in x_shape " + list_str(x_shape));
+    if (kernel[0] < 1 || kernel[1] < 1 || stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0)
+        value_error(K, "invalid kernel_size " + list_str(kernel) + ", stride " + list_str(stride) + " or padding " +
+                           list_str(padding));
+    ConvGeom g{x_shape[0], x_shape[1], x_shape[2], x_shape[3], kernel[0], kernel[1], stride[0], stride[1],
+               padding[0], padding[1], 0, 0};
+    const int64_t hp = checked_add(K, g.h, checked_mul(K, 2, g.ph, "the padding"), "the padded height");
+    const int64_t wp = checked_add(K, g.w, checked_mul(K, 2, g.pw, "the padding"), "the padded width");
+    if (hp < g.kh || wp < g.kw)
+        value_error(K, "kernel " + list_str(kernel) + " is larger than the padded input (" + std::to_string(hp) +
+                           ", " + std::to_string(wp) + ")");
+    g.ho = (hp - g.kh) / g.sh + 1;
+    g.wo = (wp - g.kw) / g.sw + 1;
+    return g;
+}
+
+int64_t cols_size(const char* K, const ConvGeom& g) {
+    int64_t r = checked_mul(K, g.n, g.ho, "N*Ho*Wo");
+    r = checked_mul(K, r, g.wo, "N*Ho*Wo");
+    int64_t c = checked_mul(K, g.c, g.kh, "C*kh*kw");
+    c = checked_mul(K, c, g.kw, "C*kh*kw");
+    return checked_mul(K, r, c, "the size of the column matrix");
+}
+
+int64_t image_size(const char* K, const ConvGeom& g) {
+    int64_t s = checked_mul(K, g.n, g.c, "N*C*H*W");
+    s = checked_mul(K, s, g.h, "N*C*H*W");
+    return checked_mul(K, s, g.w, "N*C*H*W");
+}
+
+// Output columns j with 0 <= j*sw + off < w (off = q - pw) form the range [lo, hi).
+inline void valid_cols(int64_t off, int64_t sw, int64_t w, int64_t wo, int64_t& lo, int64_t& hi) {
+    lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    hi = w - 1 - off < 0 ? 0 : std::min<int64_t>(wo, (w - 1 - off) / sw + 1);
+    lo = std::min(lo, wo);
+    if (hi < lo) hi = lo;
+}
+
+template <typename T>
+void im2col_t(const T* x, T* out, const ConvGeom& g) {
+    const int64_t ckk = g.c * g.kh * g.kw;
+    const int64_t scale = g.wo * ckk >= 64 ? 64 : 1;
+    parallel_chunks(g.n * g.ho * scale, [&](int64_t b0, int64_t e0) {
+        for (int64_t r = b0 / scale; r < e0 / scale; ++r) {  // r = (b, i): one output row of pixels
+            const int64_t b = r / g.ho, i = r % g.ho;
+            const int64_t y0 = i * g.sh - g.ph;
+            T* o = out + r * g.wo * ckk;  // written in order, one row of cols after another
+            for (int64_t j = 0; j < g.wo; ++j) {
+                const int64_t x0 = j * g.sw - g.pw;
+                const int64_t qlo = std::min<int64_t>(g.kw, std::max<int64_t>(0, -x0));
+                const int64_t qhi = std::max<int64_t>(qlo, std::min<int64_t>(g.kw, g.w - x0));
+                for (int64_t c = 0; c < g.c; ++c) {
+                    const T* plane = x + (b * g.c + c) * g.h * g.w;
+                    for (int64_t p = 0; p < g.kh; ++p, o += g.kw) {
+                        const int64_t y = y0 + p;
+                        if (y < 0 || y >= g.h) {
+                            for (int64_t q = 0; q < g.kw; ++q) o[q] = T(0);
+                            continue;
+                        }
+                        const T* row = plane + y * g.w;  // pixels x0 + q, q in [qlo, qhi)
+                        for (int64_t q = 0; q < qlo; ++q) o[q] = T(0);
+                        for (int64_t q = qlo; q < qhi; ++q) o[q] = row[x0 + q];
+                        for (int64_t q = qhi; q < g.kw; ++q) o[q] = T(0);
+                    }
+                }
+            }
+        }
+    });
+}
+
+template <typename T>
+void col2im_t(const T* cols, T* out, const ConvGeom& g) {
+    const int64_t ckk = g.c * g.kh * g.kw, kk = g.kh * g.kw;
+    const int64_t planes = g.n * g.c, plane = g.h * g.w;
+    if (g.n >= 4) {
+        // Batch items are independent: each task reads its rows of cols in order (one
+        // sequential pass over the matrix) and adds them into its own [C, H, W] image.
+        const int64_t image = g.c * plane;
+        const int64_t scale = image * kk >= 64 ? 64 : 1;
+        parallel_chunks(g.n * scale, [&](int64_t b0, int64_t e0) {
+            for (int64_t b = b0 / scale; b < e0 / scale; ++b) {
+                T* o = out + b * image;
+                for (int64_t t = 0; t < image; ++t) o[t] = T(0);
+                for (int64_t i = 0; i < g.ho; ++i) {
+                    const int64_t y0 = i * g.sh - g.ph;
+                    const int64_t plo = std::max<int64_t>(0, -y0), phi = std::min<int64_t>(g.kh, g.h - y0);
+                    for (int64_t j = 0; j < g.wo; ++j) {
+                        const T* src = cols + ((b * g.ho + i) * g.wo + j) * ckk;
+                        const int64_t x0 = j * g.sw - g.pw;
+                        const int64_t qlo = std::max<int64_t>(0, -x0), qhi = std::min<int64_t>(g.kw, g.w - x0);
+                        for (int64_t c = 0; c < g.c; ++c) {
+                            for (int64_t p = plo; p < phi; ++p) {
+                                T* orow = o + (c * g.h + y0 + p) * g.w;  // pixels x0 + q
+                                const T* s = src + c * kk + p * g.kw;
+                                for (int64_t q = qlo; q < qhi; ++q) orow[x0 + q] += s[q];
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        return;
+    }
+    // Few batch items: one task per (b, c) plane, gathering its entries from every row.
+    const int64_t scale = plane >= 64 ? 64 : 1;
+    parallel_chunks(planes * scale, [&](int64_t b0, int64_t e0) {
+        for (int64_t pl = b0 / scale; pl < e0 / scale; ++pl) {  // pl = (b, c): one output plane
+            const int64_t b = pl / g.c, c = pl % g.c;
+            T* o = out + pl * plane;
+            for (int64_t t = 0; t < plane; ++t) o[t] = T(0);
+            for (int64_t i = 0; i < g.ho; ++i) {
+                const T* src_i = cols + (b * g.ho + i) * g.wo * ckk + c * kk;
+                for (int64_t p = 0; p < g.kh; ++p) {
+                    const int64_t y = i * g.sh + p - g.ph;
+                    if (y < 0 || y >= g.h) continue;
+                    for (int64_t q = 0; q < g.kw; ++q) {
+                        const int64_t off = q - g.pw;
+                        int64_t lo, hi;
+                        valid_cols(off, g.sw, g.w, g.wo, lo, hi);
+                        T* row = o + y * g.w;  // pixels j * sw + off, j in [lo, hi)
+                        const T* src = src_i + p * g.kw + q;
+                        for (int64_t j = lo; j < hi; ++j) row[j * g.sw + off] += src[j * ckk];
+                    }
+                }
+            }
+        }
+    });
+}
+
+void im2col(const py::object& x_o, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, const py::object& out_o) {
+    const char* K = "im2col";
+    Buf x = check_buffer(K, "x", x_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, x, "x", out, "out");
+    ConvGeom g = check_geom(K, x_shape, kernel, stride, padding);
+    const int64_t xs = image_size(K, g), cs = cols_size(K, g);
+    if (x.size != xs)
+        value_error(K, "'x' has " + std::to_string(x.size) + " elements but x_shape " + list_str(x_shape) + " has " +
+                           std::to_string(xs));
+    if (out.size != cs)
+        value_error(K, "'out' has " + std::to_string(out.size) + " elements but the column matrix (N*Ho*Wo x C*kh*kw) "
+                       "has " + std::to_string(cs));
+    check_no_overlap(K, x, "x", out);
+    if (cs == 0) return;
+    py::gil_scoped_release nogil;
+    if (x.dtype == DType::f32) im2col_t(cptr<float>(x), ptr<float>(out), g);
+    else im2col_t(cptr<double>(x), ptr<double>(out), g);
+}
+
+void col2im(const py::object& cols_o, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+            const std::vector<int64_t>& stride, const std::vector<int64_t>& padding, const py::object& out_o) {
+    const char* K = "col2im";
+    Buf cols = check_buffer(K, "cols", cols_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, cols, "cols", out, "out");
+    ConvGeom g = check_geom(K, x_shape, kernel, stride, padding);
+    const int64_t xs = image_size(K, g), cs = cols_size(K, g);
+    if (cols.size != cs)
+        value_error(K, "'cols' has " + std::to_string(cols.size) + " elements but the column matrix "
+                       "(N*Ho*Wo x C*kh*kw) for x_shape " + list_str(x_shape) + " has " + std::to_string(cs));
+    if (out.size != xs)
+        value_error(K, "'out' has " + std::to_string(out.size) + " elements but x_shape " + list_str(x_shape) +
+                           " has " + std::to_string(xs));
+    check_no_overlap(K, cols, "cols", out);
+    if (xs == 0) return;
+    py::gil_scoped_release nogil;
+    if (cols.dtype == DType::f32) col2im_t(cptr<float>(cols), ptr<float>(out), g);
+    else col2im_t(cptr<double>(cols), ptr<double>(out), g);
 }
 
 std::string compiler() {
@@ -1036,6 +1490,18 @@ PYBIND11_MODULE(_cpu, m) {
           "out[r] = op(a[r*n:(r+1)*n]) for op in sum, max; a.size must be out.size * n.");
     m.def("matmul", &matmul, py::arg("a"), py::arg("b"), py::arg("out"), py::arg("m"), py::arg("k"), py::arg("n"),
           "out(m x n) = a(m x k) @ b(k x n), all row-major flat buffers; cache-blocked, OpenMP over tiles.");
+    m.def("matmul_strided", &matmul_strided, py::arg("a"), py::arg("a_offset"), py::arg("a_row_stride"),
+          py::arg("a_col_stride"), py::arg("b"), py::arg("b_offset"), py::arg("b_row_stride"), py::arg("b_col_stride"),
+          py::arg("out"), py::arg("m"), py::arg("k"), py::arg("n"),
+          "out(m x n, compact) = A @ B where A(i, p) = a[a_offset + i*a_row_stride + p*a_col_stride] and\n"
+          "B(p, j) = b[b_offset + p*b_row_stride + j*b_col_stride] (strides in elements, any sign): transposed\n"
+          "views need no copy.  Small outputs with a long reduction split the reduction across threads.");
+    m.def("im2col", &im2col, py::arg("x"), py::arg("x_shape"), py::arg("kernel_size"), py::arg("stride"),
+          py::arg("padding"), py::arg("out"),
+          "out[N*Ho*Wo, C*kh*kw] = the receptive fields of the compact NCHW buffer x (zero padding on both sides).");
+    m.def("col2im", &col2im, py::arg("cols"), py::arg("x_shape"), py::arg("kernel_size"), py::arg("stride"),
+          py::arg("padding"), py::arg("out"),
+          "out[N, C, H, W] = the adjoint of im2col: every entry of cols added onto its input pixel.");
     set_matmul_isa("auto");
     m.def("matmul_isa", []() { return g_matmul_isa; },
           "The instruction set of the matmul micro-kernel in use: avx512, avx2 or base.");
