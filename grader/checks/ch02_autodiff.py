@@ -20,7 +20,7 @@ import numpy as np
 
 from grader.checks import check
 from grader.checks.helpers import (CheckFailed, call, describe, describe_exception,
-                                   expect_float, fail, rng)
+                                   expect_choice, expect_float, fail, rng)
 
 # Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
 # for its test cells (100 in all for the chapter).
@@ -1394,16 +1394,6 @@ def check_central_difference(fn):
 
 # =========================================================================== self-check questions
 
-def _letter(fn, what, choices=("A", "B", "C", "D")) -> str:
-    got = call(fn, name="answer")
-    if type(got) is not str:
-        fail(f"{what} should be one letter as a string, such as 'A', got {describe(got)}")
-    letter = str.upper(str.strip(got))
-    if letter not in choices:
-        fail(f"{what} should be one of {', '.join(repr(c) for c in choices)}, got {describe(got)}")
-    return letter
-
-
 @check("02.quiz_accumulate", points=POINTS["02.quiz_accumulate"])
 def check_quiz_accumulate(fn):
     what = "your answer (w.grad after three backward passes without zero_grad)"
@@ -1418,30 +1408,21 @@ def check_quiz_accumulate(fn):
 
 @check("02.quiz_inplace", points=POINTS["02.quiz_inplace"])
 def check_quiz_inplace(fn):
-    letter = _letter(fn, "your answer to the question about y.mul_(2)")
-    if letter == "B":
-        return
-    hints = {
+    expect_choice(fn, "your answer to the question about y.mul_(2)", "B", {
         "A": "mini never computes a silently wrong gradient here: the version counter of y's "
              "buffer moved after sigmoid saved it, and backward checks it",
         "C": "mul_ itself is recorded, but sigmoid's backward needs the ORIGINAL y, which mul_ "
              "overwrote: that is what the version counter catches",
         "D": "x is a leaf, but nothing writes into x; the write goes into y, which sigmoid saved",
-    }
-    fail(f"your answer to the question about y.mul_(2): {letter} is not right; {hints[letter]}")
+    })
 
 
 @check("02.quiz_eval", points=POINTS["02.quiz_eval"])
 def check_quiz_eval(fn):
-    letter = _letter(fn, "your answer to the question about eval() and no_grad()")
-    if letter == "C":
-        return
-    hints = {
+    expect_choice(fn, "your answer to the question about eval() and no_grad()", "C", {
         "A": "eval() only flips the modules' training flag (dropout, batch norm); operations "
              "still record a graph and save tensors",
         "B": "no_grad() does not touch the modules' training flag; it stops graph recording",
         "D": "they are not the same: one changes how layers compute, the other whether a graph "
              "is recorded",
-    }
-    fail(f"your answer to the question about eval() and no_grad(): {letter} is not right; "
-         f"{hints[letter]}")
+    })

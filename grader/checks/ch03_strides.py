@@ -17,7 +17,7 @@ import numpy as np
 
 from grader.checks import check
 from grader.checks.helpers import (CheckFailed, call, call_text, describe, expect_array,
-                                   expect_int, expect_raises, expect_tuple_of_ints, fail, rng)
+                                   expect_choice, expect_int, expect_raises, expect_tuple_of_ints, fail, rng)
 
 # Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
 # for its test cells (100 in all for the chapter).
@@ -741,18 +741,8 @@ def check_quiz_copy_bytes(fn):
 
 @check("03.quiz_views", points=POINTS["03.quiz_views"])
 def check_quiz_views(fn):
-    what = "your answer to the question about views"
-    got = call(fn, name="answer")
-    if type(got) is not str:
-        fail(f"{what} should be one letter as a string, such as 'A', got {describe(got)}")
-    letter = str.upper(str.strip(got))
-    if letter not in ("A", "B", "C", "D"):
-        fail(f"{what} should be one of 'A', 'B', 'C', 'D', got {describe(got)}")
-    if letter == "B":
-        return
-    hints = {
+    expect_choice(fn, "your answer to the question about views", "B", {
         "A": "a view allocates no buffer of its own: only shape, strides and offset are new",
         "C": "nothing is copied later either: a view keeps reading and writing the same buffer",
         "D": "reshape is a view only when the strides allow it; for a transpose they do not",
-    }
-    fail(f"{what}: {letter} is not right; {hints[letter]}")
+    })

@@ -18,8 +18,8 @@ import tempfile
 import numpy as np
 
 from grader.checks import check
-from grader.checks.helpers import (call, call_text, describe, describe_exception, expect_float,
-                                   expect_int, fail, rng)
+from grader.checks.helpers import (call, call_text, describe, describe_exception, expect_choice,
+                                   expect_float, expect_int, fail, rng)
 
 # Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
 # for its test cells (100 in all for the chapter).
@@ -846,19 +846,9 @@ def check_quiz_adam_traffic(fn):
 
 @check("05.quiz_eval_mode", points=POINTS["05.quiz_eval_mode"])
 def check_quiz_eval_mode(fn):
-    what = "your answer to the question about model.eval()"
-    got = call(fn, name="answer")
-    if type(got) is not str:
-        fail(f"{what} should be one letter as a string, such as 'A', got {describe(got)}")
-    letter = str.upper(str.strip(got))
-    if letter not in ("A", "B", "C", "D"):
-        fail(f"{what} should be one of 'A', 'B', 'C', 'D', got {describe(got)}")
-    if letter == "C":
-        return
-    hints = {
+    expect_choice(fn, "your answer to the question about model.eval()", "C", {
         "A": "eval() does not turn off autograd: that is mini.no_grad()",
         "B": "eval() changes layers that behave differently in training (dropout, batch norm); "
              "the weights stay trainable",
         "D": "dropout at eval is the identity: no mask and no scaling",
-    }
-    fail(f"{what}: not {letter}; {hints[letter]}")
+    })

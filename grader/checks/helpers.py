@@ -35,6 +35,20 @@ def fail(message: str) -> None:
     raise CheckFailed(message)
 
 
+def expect_choice(fn: Callable, what: str, correct: str, hints: dict[str, str],
+                  choices: tuple[str, ...] = ("A", "B", "C", "D")) -> None:
+    """Check a multiple-choice self-check: ``fn()`` must return one letter as a ``str``
+    (case and surrounding spaces ignored).  A wrong letter fails with ``hints[letter]``."""
+    got = call(fn, name="answer")
+    if type(got) is not str:
+        fail(f"{what} should be one letter as a string, such as 'A', got {describe(got)}")
+    letter = str.upper(str.strip(got))
+    if letter not in choices:
+        fail(f"{what} should be one of {', '.join(repr(c) for c in choices)}, got {describe(got)}")
+    if letter != correct:
+        fail(f"{what}: {letter} is not right; {hints[letter]}")
+
+
 def rng(seed: int | None = None) -> np.random.Generator:
     """A fresh random generator (fresh entropy unless ``seed`` is given): checks use new
     random inputs on every run, so a hard-coded answer table earns nothing."""
