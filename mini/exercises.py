@@ -84,12 +84,17 @@ def exercise(slot_id: str, fallback: Callable | None = None):
                              f"{_SLOTS[slot_id].module}.{_SLOTS[slot_id].qualname}")
         _SLOTS[slot_id] = SlotInfo(slot_id, fn, fn.__module__, fn.__qualname__)
         active = _ACTIVE  # local alias: one dict lookup on the hot path
+        fast = []         # at most one fast path, see set_fast_path below
 
         @functools.wraps(fn)
         def dispatch(*args, **kwargs):
             impl = active.get(slot_id)
             if impl is not None:
                 return impl(*args, **kwargs)
+            if fast and runs_reference(slot_id):
+                out = fast[0](*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
             try:
                 return fn(*args, **kwargs)
             except ExerciseNotImplemented as e:
@@ -97,8 +102,17 @@ def exercise(slot_id: str, fallback: Callable | None = None):
                     return fallback(*args, **kwargs)
                 raise
 
+        def set_fast_path(impl: Callable | None) -> None:
+            # an equivalent fused implementation that stands in for the reference only
+            # (never for a registered student implementation, never for a release stub);
+            # it returns NotImplemented where it does not apply and the reference runs.
+            fast.clear()
+            if impl is not None:
+                fast.append(impl)
+
         dispatch.slot_id = slot_id
         dispatch.reference = fn
+        dispatch.set_fast_path = set_fast_path
         dispatch.fallback = fallback
         return dispatch
 

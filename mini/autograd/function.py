@@ -129,6 +129,13 @@ class AccumulateGrad(Node):
             # clone() is recorded, so the stored gradient stays differentiable yet private
             accumulate_grad(self.variable, grad.clone())
             return
+        if not _profiler._ACTIVE:
+            # what grad.detach().clone() computes (Clone.forward: a compact copy of the
+            # data, no history), without dispatching two ops; under the profiler the ops run
+            # so that they are counted.
+            Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
+            accumulate_grad(self.variable, Tensor._wrap(grad._data.copy()))
+            return
         with grad_mode.no_grad():
             # A clone keeps .grad private: backward rules may pass one gradient object to
             # several inputs (add), and a seed given to backward() belongs to the caller.
