@@ -14,7 +14,7 @@ Typical check::
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 

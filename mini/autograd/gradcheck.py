@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini.autograd import grad_mode
 from mini.ndarray.dtypes import float64
 from mini.exercises import exercise
 

@@ -10,7 +10,6 @@ import weakref
 
 import numpy as np
 
-from mini.autograd import grad_mode
 from mini.ndarray import NDArray, as_dtype, get_default_dtype
 from mini.ndarray.dtypes import int64, bool_
 from mini.backends import get_backend

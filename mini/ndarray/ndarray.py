@@ -14,7 +14,7 @@ import numpy as np
 
 from mini.backends import get_backend
 from mini.ndarray import strides as S
-from mini.ndarray.dtypes import as_dtype, dtype as DType, result_dtype, bool_, _BY_NUMPY
+from mini.ndarray.dtypes import as_dtype, result_dtype, bool_, _BY_NUMPY
 
 _new_ndarray = object.__new__
 

@@ -1,14 +1,8 @@
-"""Helpers shared by the operations: turning scalars into tensors, undoing broadcasting."""
+"""Helpers shared by the operations: undoing broadcasting, casting gradients, summing tangents."""
 from __future__ import annotations
-
-import numbers
 
 from mini.autograd.tensor import Tensor
 from mini.exercises import exercise
-
-
-def is_scalar(x) -> bool:
-    return isinstance(x, (numbers.Number,)) and not isinstance(x, bool) or isinstance(x, bool)
 
 
 def nd(x):
@@ -41,13 +35,6 @@ def cast_like(grad, dtype):
     if grad is None or grad.dtype == dtype:
         return grad
     return grad.to(dtype=dtype)
-
-
-def grad_for(grad: Tensor, x) -> Tensor | None:
-    """The gradient of input ``x`` from an output gradient that may be broadcast."""
-    if not isinstance(x, Tensor):
-        return None
-    return cast_like(sum_to(grad, x.shape), x.dtype)
 
 
 def tangent_sum(shape, *terms):

@@ -58,8 +58,6 @@ class Dropout(Module):
 # the mask with the same ``mini.rand`` call, so results and the random stream are
 # bit-identical to the slot's.
 
-import numpy as _np_mod
-
 from mini.autograd import forward_ad as _fw
 from mini.autograd.function import Function as _Function
 from mini.ndarray import NDArray as _NDArray
