@@ -320,17 +320,19 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return out.reshape(n, ho, wo, cout).permute(0, 3, 1, 2)
 
 
-# conv2d as one Function (im2col, one product, bias, NCHW layout) instead of ~8 dispatched
-# ops and their ~10 backward ops.  The im2col/col2im inside are still the chapter 04 slots
-# (or, on device="cpu" while the slots run the reference, the native kernels), so a
-# student's registered im2col/col2im always runs.  The backward under create_graph is
-# written with the differentiable Im2Col/Col2Im/matmul ops, so double backward still works.
+# conv2d as one Function instead of ~8 dispatched ops and their ~10 backward ops.  Its
+# forward and backward are the chapter 04 slots ``04.conv2d_forward`` / ``04.conv2d_backward``
+# (numpy in, numpy out), so a student's conv runs inside every model built on mini.  Two
+# stand-ins, each used only while the slots involved run mini's own reference:
+#   * device="cpu": the C++ kernels conv2d_forward / conv2d_backward, which build each
+#     image's columns a few rows at a time in cache instead of the whole im2col matrix
+#     (LeNet's second conv at batch 64: 22 MB never written; benchmarks/bench_cpu_kernels.py);
+#   * the backward computes only the gradients that are needed (the slot returns all three).
+# Under create_graph the backward is written with the differentiable Im2Col/Col2Im/matmul
+# ops instead, so gradients of gradients work.  FUSED_CONV = False composes conv2d from
+# those ops everywhere (the profiler does too, so it can count them).
 FUSED_CONV = True
-# On device="cpu" the fused Function pays off while a conv is dispatch-bound (small images,
-# small batches: the digits CNN trains 1.6x faster relative to PyTorch with it); past this
-# many im2col rows (N·Ho·Wo) the composed ops' kernels are faster (LeNet at batch 64, 36,864
-# rows: 1.8x vs 2.4x PyTorch's time), measured with benchmarks/bench_*.py.
-FUSED_CONV_MAX_ROWS_CPU = 8192
+_CONV_SLOTS = ("04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward", "04.conv2d_backward")
 
 
 def _fused_conv_applies(x: Tensor, weight: Tensor, bias) -> bool:
@@ -339,10 +341,6 @@ def _fused_conv_applies(x: Tensor, weight: Tensor, bias) -> bool:
     d = x._data
     dt, dev = d.storage.data.dtype, d.storage.device
     if dt.kind != "f":
-        return False
-    if dev.name == "cpu" and d.ndim == 4 and weight.ndim == 4 and \
-            d.shape[0] * max(d.shape[2] - weight.shape[2] + 1, 1) \
-            * max(d.shape[3] - weight.shape[3] + 1, 1) > FUSED_CONV_MAX_ROWS_CPU:
         return False
     for t in (weight, bias):
         if t is None:
@@ -353,34 +351,42 @@ def _fused_conv_applies(x: Tensor, weight: Tensor, bias) -> bool:
     return True
 
 
-def _cols_np(x: Tensor, kernel_size, stride, padding) -> np.ndarray:
-    out = _fast_im2col(x, kernel_size, stride, padding)
-    if out is not None:
-        return _np(out)
-    # a BLAS-ready operand (the slot may return a strided view numpy's matmul would loop over)
-    return np.ascontiguousarray(_im2col_np(_np(x), kernel_size, stride, padding))
+def _native_conv(x: Tensor):
+    """The cpu backend when its C++ conv kernels may stand in for the chapter 04 slots."""
+    if not NATIVE_CONV_KERNELS or x._data.storage.device.name != "cpu" or x.numel() == 0:
+        return None
+    if not all(_exercises.runs_reference(slot) for slot in _CONV_SLOTS):
+        return None
+    device = _native_kernels()
+    return device if device is not None and hasattr(device, "conv2d_forward") else None
 
 
-def _gemm(a: np.ndarray, b: np.ndarray, like: Tensor, transpose_a: bool = False,
-          transpose_b: bool = False) -> np.ndarray:
-    """``op(a) @ op(b)`` for C-contiguous 2-D float arrays, op = transpose where asked.
+def _c(t: Tensor) -> np.ndarray:
+    return np.ascontiguousarray(_np(t))
 
-    On device="cpu" mini's C++ kernel reads the transposed operand through its strides (no
-    copy), as the cpu backend's matmul does; elsewhere numpy's matmul."""
-    m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
-    n = b.shape[0] if transpose_b else b.shape[1]
-    device = _native_kernels() if like._data.storage.device.name == "cpu" else None
-    if device is None or a.dtype != b.dtype or not (a.flags.c_contiguous and b.flags.c_contiguous):
-        return (a.T if transpose_a else a) @ (b.T if transpose_b else b)
-    out = device.empty(m * n, a.dtype)
-    if k == 0:
-        out[...] = 0
-    elif m and n:
-        a_rs, a_cs = (1, a.shape[1]) if transpose_a else (a.shape[1], 1)
-        b_rs, b_cs = (1, b.shape[1]) if transpose_b else (b.shape[1], 1)
-        device.ext.matmul_strided(a.reshape(-1), 0, a_rs, a_cs, b.reshape(-1), 0, b_rs, b_cs,
-                                  out, m, k, n)
-    return out.reshape(m, n)
+
+def _expect_shape(slot: str, what: str, got, shape: tuple) -> np.ndarray:
+    """A slot's result as an array of ``shape``, or a clear error naming the exercise."""
+    if not isinstance(got, np.ndarray):
+        raise TypeError(f"exercise {slot} returned {type(got).__name__} for {what}; expected a "
+                        f"numpy array of shape {shape}")
+    if got.shape != shape:
+        raise ValueError(f"exercise {slot} returned {what} of shape {got.shape}; expected {shape}")
+    return got
+
+
+def _conv2d_grads(x: np.ndarray, w: np.ndarray, g: np.ndarray, stride, padding, need) -> tuple:
+    """``04.conv2d_backward``'s reference, computing only the gradients in ``need``."""
+    cout, c, kh, kw = w.shape
+    gm = g.transpose(0, 2, 3, 1).reshape(-1, cout)                # [N*Ho*Wo, Cout]
+    gx = gw = gb = None
+    if need[1]:
+        gw = (gm.T @ im2col_matrix(x, (kh, kw), stride, padding)).reshape(w.shape)
+    if need[2]:
+        gb = gm.sum(axis=0)
+    if need[0]:
+        gx = col2im_matrix(gm @ w.reshape(cout, -1), x.shape, (kh, kw), stride, padding)
+    return gx, gw, gb
 
 
 class Conv2dFunction(Function):
@@ -388,32 +394,25 @@ class Conv2dFunction(Function):
     def forward(ctx, x, weight, bias, kernel_size, stride, padding):
         n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = _geometry(tuple(x.shape), kernel_size,
                                                                stride, padding)
-        cout = weight.shape[0]
-        cols = _cols_np(x, kernel_size, stride, padding)                  # [N*Ho*Wo, C*kh*kw]
-        wm = np.ascontiguousarray(_np(weight).reshape(cout, -1))
-        out = _gemm(cols, wm, x, transpose_b=True).reshape(n, ho, wo, cout)  # cols @ wmᵀ
-        if bias is not None:
-            out += _np(bias)
-        # the weight is checked for in-place changes before backward, as the composed
-        # ops' MatMul did; the input only matters to a create_graph backward (below)
-        ctx.save_for_backward(weight)
-        ctx.saved = (x, x._data.storage.version, cols if ctx.needs_input_grad[1] else None,
-                     (kh, kw), (sh, sw), (ph, pw), bias is not None)
-        return _wrap(out.transpose(0, 3, 1, 2), x)
+        ctx.geom = ((kh, kw), (sh, sw), (ph, pw), bias is not None)
+        ctx.save_for_backward(x, weight)
+        xn, wn = _c(x), _c(weight)
+        bn = None if bias is None else _c(bias)
+        native = _native_conv(x)
+        if native is not None:
+            buf = native.conv2d_forward(xn, wn, bn, (sh, sw), (ph, pw))
+            return Tensor._wrap(NDArray.make(buf, (n, weight.shape[0], ho, wo), x._data.storage.device))
+        out = _expect_shape("04.conv2d_forward", "the output",
+                            conv2d_forward(xn, wn, bn, (sh, sw), (ph, pw)), (n, weight.shape[0], ho, wo))
+        return _wrap(out.astype(xn.dtype, copy=False), x)
 
     @staticmethod
     def backward(ctx, g):
-        weight, = ctx.saved_tensors
-        x, x_version, cols, k, s, p, has_bias = ctx.saved
-        need = ctx.needs_input_grad
+        x, weight = ctx.saved_tensors
+        k, s, p, has_bias = ctx.geom
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2] and has_bias)
         cout = weight.shape[0]
         if grad_mode.is_grad_enabled():  # create_graph: differentiable ops
-            if need[1] and x._data.storage.version != x_version:
-                raise RuntimeError(
-                    f"one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: the input of conv2d "
-                    f"[{x.dtype.name} tensor of shape {list(x.shape)}] is at version "
-                    f"{x._data.storage.version}; expected version {x_version} instead.")
             gm = g.permute(0, 2, 3, 1).reshape(-1, cout)
             gx = gw = gb = None
             if need[1]:
@@ -423,19 +422,26 @@ class Conv2dFunction(Function):
             if need[0]:
                 gx = Col2Im.apply(gm.matmul(weight.reshape(cout, -1)), tuple(x.shape), k, s, p)
             return gx, gw, gb, None, None, None
-        gm = np.ascontiguousarray(_np(g).transpose(0, 2, 3, 1)).reshape(-1, cout)
-        gx = gw = gb = None
-        if need[1]:
-            gw = _wrap(_gemm(gm, cols, g, transpose_a=True).reshape(weight.shape), g)  # gmᵀ @ cols
-        if need[2] and has_bias:
-            gb = _wrap(gm.sum(axis=0), g)
-        if need[0]:
-            wm = np.ascontiguousarray(_np(weight).reshape(cout, -1))
-            gcols = _wrap(_gemm(gm, wm, g), g)                                      # gm @ wm
-            out = _fast_col2im(gcols, tuple(x.shape), k, s, p)
-            gx = out if out is not None else \
-                _wrap(_col2im_np(_np(gcols), tuple(x.shape), k, s, p), g)
-        return gx, gw, gb, None, None, None
+        xn, wn, gn = _c(x), _c(weight), _c(g)
+        native = _native_conv(x)
+        if native is not None:
+            bufs = native.conv2d_backward(xn, wn, gn, s, p, *need)
+            dev = x._data.storage.device
+            return tuple(None if b is None else Tensor._wrap(NDArray.make(b, shape, dev))
+                         for b, shape in zip(bufs, (xn.shape, wn.shape, (cout,)))) + (None, None, None)
+        if _exercises.runs_reference("04.conv2d_backward"):
+            grads = _conv2d_grads(xn, wn, gn, s, p, need)
+        else:
+            got = conv2d_backward(xn, wn, gn, s, p)
+            if not isinstance(got, tuple) or len(got) != 3:
+                raise TypeError("exercise 04.conv2d_backward must return a tuple "
+                                f"(grad_x, grad_weight, grad_bias), got {type(got).__name__}")
+            names = ("grad_x", "grad_weight", "grad_bias")
+            shapes = (xn.shape, wn.shape, (cout,))
+            grads = tuple(_expect_shape("04.conv2d_backward", names[i], got[i], shapes[i])
+                          if need[i] else None for i in range(3))
+        return tuple(None if a is None else _wrap(a.astype(xn.dtype, copy=False), g)
+                     for a in grads) + (None, None, None)
 
 
 class MaxPool2dFunction(Function):

@@ -209,14 +209,19 @@ def _conv_run(device, bias, create_graph):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bias", [True, False])
-def test_fused_conv2d_is_bit_identical_to_the_composed_ops(device, bias, monkeypatch):
+def test_fused_conv2d_matches_the_composed_ops(device, bias, monkeypatch):
+    # numpy: the same numpy products in the same order, so bit-identical; cpu: the C++
+    # conv kernels sum in another order than im2col + matmul, so equal to float32 rounding
     fused, y = _conv_run(device, bias, False)
     assert type(y.grad_fn).__name__.startswith("Conv2dFunction")
     monkeypatch.setattr(conv_ops, "FUSED_CONV", False)
     slot, y = _conv_run(device, bias, False)
     assert not type(y.grad_fn).__name__.startswith("Conv2dFunction")
     for got, want in zip(fused, slot):
-        np.testing.assert_array_equal(got, want)
+        if device == "numpy":
+            np.testing.assert_array_equal(got, want)
+        else:
+            _close(got, want, rtol=2e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)

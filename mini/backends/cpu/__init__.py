@@ -117,6 +117,30 @@ class CpuBackend(NumpyBackend):
         self.ext.im2col(fx, list(x.shape), list(kernel_size), list(stride), list(padding), out)
         return out
 
+    def conv2d_forward(self, x: np.ndarray, weight: np.ndarray, bias, stride, padding) -> np.ndarray:
+        """conv2d of C-contiguous float numpy arrays x [N, C, H, W] and weight [Cout, C, kh, kw]
+        (bias [Cout] or None), without building the column matrix: returns the output
+        [N, Cout, Ho, Wo] as a flat buffer."""
+        n, c, h, w = x.shape
+        cout, _, kh, kw = weight.shape
+        ho = (h + 2 * padding[0] - kh) // stride[0] + 1
+        wo = (w + 2 * padding[1] - kw) // stride[1] + 1
+        out = self.empty(n * cout * ho * wo, x.dtype)
+        self.ext.conv2d_forward(x.reshape(-1), list(x.shape), weight.reshape(-1), list(weight.shape),
+                                None if bias is None else bias.reshape(-1), list(stride), list(padding), out)
+        return out
+
+    def conv2d_backward(self, x: np.ndarray, weight: np.ndarray, grad_out: np.ndarray, stride, padding,
+                        need_x: bool = True, need_weight: bool = True, need_bias: bool = True):
+        """The gradients (grad_x, grad_weight, grad_bias) of :meth:`conv2d_forward` as flat
+        buffers, each None unless asked for; all operands C-contiguous float arrays of one dtype."""
+        gx = self.empty(x.size, x.dtype) if need_x else None
+        gw = self.empty(weight.size, x.dtype) if need_weight else None
+        gb = self.empty(weight.shape[0], x.dtype) if need_bias else None
+        self.ext.conv2d_backward(x.reshape(-1), list(x.shape), weight.reshape(-1), list(weight.shape),
+                                 grad_out.reshape(-1), list(stride), list(padding), gx, gw, gb)
+        return gx, gw, gb
+
     def col2im(self, cols, x_shape, kernel_size, stride, padding) -> np.ndarray | None:
         """The adjoint of :meth:`im2col`: a flat buffer of ``x_shape``, or None (not float)."""
         if cols.storage.data.dtype not in _FLOATS:

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -793,10 +794,12 @@ MINI_INLINE void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __res
         for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = accumulate ? C[i * ldc + j] + tmp[i][j] : tmp[i][j];
 }
 
-// One task: C[ic:ic+mc, jc:jc+nc] = A[ic:ic+mc, :] @ B[:, jc:jc+nc].
+// One task: C[ic:ic+mc, jc:jc+nc] (+)= A[ic:ic+mc, :] @ B[:, jc:jc+nc], C with row stride ldc;
+// `accumulate` adds to C instead of overwriting it.
 template <typename T, int MR, int NR, int VB>
-MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t n, int64_t ic, int64_t mc, int64_t jc,
-                           int64_t nc, T* Ap, T* Bp, int64_t ars, int64_t acs, int64_t brs, int64_t bcs) {
+MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t ldc, int64_t ic, int64_t mc, int64_t jc,
+                           int64_t nc, T* Ap, T* Bp, int64_t ars, int64_t acs, int64_t brs, int64_t bcs,
+                           bool accumulate) {
     static_assert(kMCStep % MR == 0 && kNCStep % NR == 0, "tiles must nest");
     constexpr int64_t KC = Blocks<T>::KC;
     for (int64_t pc = 0; pc < k; pc += KC) {
@@ -808,7 +811,7 @@ MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t n, i
             for (int64_t ir = 0; ir < mc; ir += MR) {
                 const int64_t mr = std::min<int64_t>(MR, mc - ir);
                 micro_kernel<T, MR, NR, VB>(kc, Ap + (ir / MR) * kc * MR, Bp + (jr / NR) * kc * NR,
-                                        C + (ic + ir) * n + jc + jr, n, mr, nr, pc > 0);
+                                        C + (ic + ir) * ldc + jc + jr, ldc, mr, nr, accumulate || pc > 0);
             }
         }
     }
@@ -816,11 +819,11 @@ MINI_INLINE void gemm_tile(const T* A, const T* B, T* C, int64_t k, int64_t n, i
 
 template <typename T>
 using TileFn = void (*)(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, T*, T*,
-                        int64_t, int64_t, int64_t, int64_t);
+                        int64_t, int64_t, int64_t, int64_t, bool);
 
-#define MINI_TILE_ARGS(T) const T *A, const T *B, T *C, int64_t k, int64_t n, int64_t ic, int64_t mc, int64_t jc, \
-                          int64_t nc, T *Ap, T *Bp, int64_t ars, int64_t acs, int64_t brs, int64_t bcs
-#define MINI_TILE_PASS A, B, C, k, n, ic, mc, jc, nc, Ap, Bp, ars, acs, brs, bcs
+#define MINI_TILE_ARGS(T) const T *A, const T *B, T *C, int64_t k, int64_t ldc, int64_t ic, int64_t mc, int64_t jc, \
+                          int64_t nc, T *Ap, T *Bp, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, bool accumulate
+#define MINI_TILE_PASS A, B, C, k, ldc, ic, mc, jc, nc, Ap, Bp, ars, acs, brs, bcs, accumulate
 
 void tile_f32_base(MINI_TILE_ARGS(float)) { gemm_tile<float, 6, 8, 16>(MINI_TILE_PASS); }
 void tile_f64_base(MINI_TILE_ARGS(double)) { gemm_tile<double, 6, 4, 16>(MINI_TILE_PASS); }
@@ -1144,7 +1147,7 @@ void matmul_t(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n, Til
     const size_t b_len = static_cast<size_t>((nc + kMaxNR) * KC);
     auto run = [&](int64_t t, T* Ap, T* Bp) {
         const int64_t ic = (t / col_tiles) * mc, jc = (t % col_tiles) * nc;
-        tile(A, B, C, k, n, ic, std::min(mc, m - ic), jc, std::min(nc, n - jc), Ap, Bp, ars, acs, brs, bcs);
+        tile(A, B, C, k, n, ic, std::min(mc, m - ic), jc, std::min(nc, n - jc), Ap, Bp, ars, acs, brs, bcs, false);
     };
 #ifndef MINI_NO_OPENMP
     if (par && tasks > 1) {
@@ -1442,6 +1445,364 @@ void col2im(const py::object& cols_o, const std::vector<int64_t>& x_shape, const
     else col2im_t(cptr<double>(cols), ptr<double>(out), g);
 }
 
+// ---------------------------------------------------------------------------------------
+// conv2d forward and backward without the big column matrix.
+//
+// The im2col route materialises cols [N*Ho*Wo, C*kh*kw] (22 MB for LeNet's second conv at
+// batch 64) and streams it through memory three times (forward product, weight gradient,
+// col2im), so the conv runs at memory speed.  These kernels build the columns of a few
+// output rows of ONE image at a time into a per-thread buffer sized for L2, multiply them
+// there, and move on: memory traffic is the input, weight and output only.
+//
+// The per-image columns use the transposed ("Caffe") layout, cols_img[(c, p, q)][(i, j)],
+// so every product reads and writes NCHW directly:
+//   forward      out_img[Cout, rows]   = W[Cout, CKK] @ cols_img[CKK, rows]      (+ bias)
+//   weight grad  dW^T[CKK, Cout]      += cols_img[CKK, rows] @ g_img[Cout, rows]^T
+//   input grad   dcols[CKK, rows]      = W^T[CKK, Cout] @ g_img[Cout, rows]; col2im-add
+// Threads take whole images in a static split (each image's input gradient belongs to one
+// thread; weight-gradient partial sums are added in thread order: deterministic for a
+// given thread count).
+
+// cols[(c*kh + p)*kw + q][(i - i0)*wo + j] = x_pad[c, i*sh + p, j*sw + q] for i in [i0, i1).
+template <typename T>
+void image_columns(const T* x, T* cols, const ConvGeom& g, int64_t i0, int64_t i1) {
+    const int64_t ncol = (i1 - i0) * g.wo;
+    for (int64_t c = 0; c < g.c; ++c) {
+        const T* plane = x + c * g.h * g.w;
+        for (int64_t p = 0; p < g.kh; ++p) {
+            for (int64_t q = 0; q < g.kw; ++q) {
+                T* o = cols + ((c * g.kh + p) * g.kw + q) * ncol;
+                int64_t lo, hi;  // output columns j that read inside the image
+                valid_cols(q - g.pw, g.sw, g.w, g.wo, lo, hi);
+                for (int64_t i = i0; i < i1; ++i, o += g.wo) {
+                    const int64_t y = i * g.sh + p - g.ph;
+                    if (y < 0 || y >= g.h) {
+                        for (int64_t j = 0; j < g.wo; ++j) o[j] = T(0);
+                        continue;
+                    }
+                    const T* row = plane + y * g.w + q - g.pw;  // pixel of output column j: row[j*sw]
+                    for (int64_t j = 0; j < lo; ++j) o[j] = T(0);
+                    if (g.sw == 1) std::memcpy(o + lo, row + lo, static_cast<size_t>(hi - lo) * sizeof(T));
+                    else for (int64_t j = lo; j < hi; ++j) o[j] = row[j * g.sw];
+                    for (int64_t j = hi; j < g.wo; ++j) o[j] = T(0);
+                }
+            }
+        }
+    }
+}
+
+// The adjoint of image_columns: x[c, y, x] += every entry of cols read from that pixel.
+template <typename T>
+void image_columns_add(const T* cols, T* x, const ConvGeom& g, int64_t i0, int64_t i1) {
+    const int64_t ncol = (i1 - i0) * g.wo;
+    for (int64_t c = 0; c < g.c; ++c) {
+        T* plane = x + c * g.h * g.w;
+        for (int64_t p = 0; p < g.kh; ++p) {
+            for (int64_t q = 0; q < g.kw; ++q) {
+                const T* s = cols + ((c * g.kh + p) * g.kw + q) * ncol;
+                int64_t lo, hi;
+                valid_cols(q - g.pw, g.sw, g.w, g.wo, lo, hi);
+                for (int64_t i = i0; i < i1; ++i, s += g.wo) {
+                    const int64_t y = i * g.sh + p - g.ph;
+                    if (y < 0 || y >= g.h) continue;
+                    T* row = plane + y * g.w + q - g.pw;
+                    if (g.sw == 1) {
+                        for (int64_t j = lo; j < hi; ++j) row[j] += s[j];
+                    } else {
+                        for (int64_t j = lo; j < hi; ++j) row[j * g.sw] += s[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// C(m x n, row stride ldc) (+)= A @ B on the calling thread, with A(i, p) = A[i*ars + p*acs]
+// and B(p, j) = B[p*brs + j*bcs]; Ap / Bp are packing buffers of gemm_buffer_sizes().
+template <typename T>
+void gemm_serial(TileFn<T> tile, const T* A, int64_t ars, int64_t acs, const T* B, int64_t brs, int64_t bcs, T* C,
+                 int64_t ldc, int64_t m, int64_t k, int64_t n, T* Ap, T* Bp, bool accumulate) {
+    for (int64_t ic = 0; ic < m; ic += kMC)
+        for (int64_t jc = 0; jc < n; jc += Blocks<T>::NC)
+            tile(A, B, C, k, ldc, ic, std::min(kMC, m - ic), jc, std::min(Blocks<T>::NC, n - jc), Ap, Bp, ars, acs,
+                 brs, bcs, accumulate);
+}
+
+template <typename T>
+std::pair<size_t, size_t> gemm_buffer_sizes() {
+    return {static_cast<size_t>(kMC * Blocks<T>::KC), static_cast<size_t>((Blocks<T>::NC + kMaxNR) * Blocks<T>::KC)};
+}
+
+// The micro-tile for a product with m output rows: the AVX-512 tile (12 x 32) wastes up to
+// half of each tile on the few output channels of a small conv, where the AVX2 one (6 x 16)
+// fits; pick the one with fewer padded vector operations.
+template <typename T>
+TileFn<T> pick_conv_tile(int64_t m, int64_t n) {
+#ifdef MINI_X86_DISPATCH
+    if (g_matmul_isa == "avx512") {
+        // tiles of two vectors' width: 12 x 2L (AVX-512) or 6 x L (AVX2), L = AVX-512 lanes
+        constexpr int64_t L = 64 / static_cast<int64_t>(sizeof(T));
+        const int64_t wide = round_up(m, 12) * round_up(n, 2 * L) / 2;
+        const int64_t narrow = round_up(m, 6) * round_up(n, L);
+        return wide <= narrow ? pick_tile_for<T>("avx512") : pick_tile_for<T>("avx2");
+    }
+#endif
+    (void)m;
+    (void)n;
+    return pick_tile<T>();
+}
+
+// Output rows per block: the block's columns (C*kh*kw x rows*Wo) stay within ~512 KiB.
+inline int64_t conv_row_block(const ConvGeom& g, size_t itemsize) {
+    const int64_t per_row = std::max<int64_t>(1, g.c * g.kh * g.kw * g.wo * static_cast<int64_t>(itemsize));
+    return std::max<int64_t>(1, std::min<int64_t>(g.ho, (int64_t(512) << 10) / per_row));
+}
+
+// Threads for `tasks` independent images (1 below the parallel threshold).
+inline int conv_threads(int64_t tasks, int64_t work) {
+#ifndef MINI_NO_OPENMP
+    if (go_parallel(work / 32)) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_threads(), tasks)));
+#endif
+    (void)tasks;
+    (void)work;
+    return 1;
+}
+
+// body(t, nt) on nt threads (t = 0..nt-1), or inline when nt == 1.
+template <typename Body>
+void run_threads(int nt, Body body) {
+#ifndef MINI_NO_OPENMP
+    if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+        body(static_cast<int64_t>(omp_get_thread_num()), static_cast<int64_t>(omp_get_num_threads()));
+        return;
+    }
+#endif
+    (void)nt;
+    body(int64_t(0), int64_t(1));
+}
+
+template <typename T>
+void conv2d_forward_t(const T* x, const T* w, const T* bias, T* out, const ConvGeom& g, int64_t cout) {
+    const int64_t ckk = g.c * g.kh * g.kw, hw = g.ho * g.wo, rb = conv_row_block(g, sizeof(T));
+    const TileFn<T> tile = pick_conv_tile<T>(cout, rb * g.wo);
+    const auto [a_len, b_len] = gemm_buffer_sizes<T>();
+    const int nt = conv_threads(g.n, g.n * cout * hw * ckk);
+    run_threads(nt, [&](int64_t t, int64_t tn) {
+        std::vector<T> cols(static_cast<size_t>(ckk * rb * g.wo)), Ap(a_len), Bp(b_len);
+        for (int64_t b = g.n * t / tn; b < g.n * (t + 1) / tn; ++b) {
+            const T* xb = x + b * g.c * g.h * g.w;
+            T* ob = out + b * cout * hw;
+            for (int64_t i0 = 0; i0 < g.ho; i0 += rb) {
+                const int64_t i1 = std::min(g.ho, i0 + rb), ncol = (i1 - i0) * g.wo;
+                image_columns(xb, cols.data(), g, i0, i1);
+                gemm_serial(tile, w, ckk, int64_t(1), cols.data(), ncol, int64_t(1), ob + i0 * g.wo, hw, cout, ckk,
+                            ncol, Ap.data(), Bp.data(), false);
+            }
+            if (bias)
+                for (int64_t o = 0; o < cout; ++o)
+                    for (int64_t s = 0; s < hw; ++s) ob[o * hw + s] += bias[o];
+        }
+    });
+}
+
+template <typename T>
+void conv2d_backward_t(const T* x, const T* w, const T* gout, T* gx, T* gw, T* gb, const ConvGeom& g, int64_t cout) {
+    const int64_t ckk = g.c * g.kh * g.kw, hw = g.ho * g.wo, rb = conv_row_block(g, sizeof(T));
+    const TileFn<T> tile_w = pick_conv_tile<T>(ckk, cout), tile_x = pick_conv_tile<T>(ckk, rb * g.wo);
+    const auto [a_len, b_len] = gemm_buffer_sizes<T>();
+    const int nt = conv_threads(g.n, g.n * cout * hw * ckk * ((gx ? 1 : 0) + (gw ? 1 : 0)));
+    std::vector<double> gw_parts(gw ? static_cast<size_t>(nt * ckk * cout) : 0, 0.0);
+    std::vector<double> gb_parts(gb ? static_cast<size_t>(nt * cout) : 0, 0.0);
+    run_threads(nt, [&](int64_t t, int64_t tn) {
+        std::vector<T> cols(gw ? static_cast<size_t>(ckk * rb * g.wo) : 0);
+        std::vector<T> dcols(gx ? static_cast<size_t>(ckk * rb * g.wo) : 0);
+        std::vector<T> gw_acc(gw ? static_cast<size_t>(ckk * cout) : 0, T(0)), Ap(a_len), Bp(b_len);
+        bool gw_started = false;
+        for (int64_t b = g.n * t / tn; b < g.n * (t + 1) / tn; ++b) {
+            const T* xb = x + b * g.c * g.h * g.w;
+            const T* gbatch = gout + b * cout * hw;
+            T* gxb = gx ? gx + b * g.c * g.h * g.w : nullptr;
+            if (gxb) std::fill(gxb, gxb + g.c * g.h * g.w, T(0));
+            for (int64_t i0 = 0; i0 < g.ho; i0 += rb) {
+                const int64_t i1 = std::min(g.ho, i0 + rb), ncol = (i1 - i0) * g.wo;
+                const T* gblk = gbatch + i0 * g.wo;  // g_img[:, rows]: Cout rows of stride hw
+                if (gw) {
+                    image_columns(xb, cols.data(), g, i0, i1);
+                    // dW^T[CKK, Cout] += cols[CKK, ncol] @ g_blk^T (B(p, o) = gblk[o*hw + p])
+                    gemm_serial(tile_w, cols.data(), ncol, int64_t(1), gblk, int64_t(1), hw, gw_acc.data(), cout,
+                                ckk, ncol, cout, Ap.data(), Bp.data(), gw_started);
+                    gw_started = true;
+                }
+                if (gxb) {
+                    // dcols[CKK, ncol] = W^T (A(r, o) = w[o*CKK + r]) @ g_blk[Cout, ncol]
+                    gemm_serial(tile_x, w, int64_t(1), ckk, gblk, hw, int64_t(1), dcols.data(), ncol, ckk, cout,
+                                ncol, Ap.data(), Bp.data(), false);
+                    image_columns_add(dcols.data(), gxb, g, i0, i1);
+                }
+            }
+            if (gb)
+                for (int64_t o = 0; o < cout; ++o) {
+                    double s = 0;
+                    for (int64_t q = 0; q < hw; ++q) s += static_cast<double>(gbatch[o * hw + q]);
+                    gb_parts[static_cast<size_t>(t * cout + o)] += s;
+                }
+        }
+        if (gw && gw_started)
+            for (int64_t q = 0; q < ckk * cout; ++q) gw_parts[static_cast<size_t>(t * ckk * cout + q)] = gw_acc[q];
+    });
+    if (gw)
+        for (int64_t o = 0; o < cout; ++o)
+            for (int64_t r = 0; r < ckk; ++r) {
+                double s = 0;
+                for (int t = 0; t < nt; ++t) s += gw_parts[static_cast<size_t>(t * ckk * cout + r * cout + o)];
+                gw[o * ckk + r] = static_cast<T>(s);
+            }
+    if (gb)
+        for (int64_t o = 0; o < cout; ++o) {
+            double s = 0;
+            for (int t = 0; t < nt; ++t) s += gb_parts[static_cast<size_t>(t * cout + o)];
+            gb[o] = static_cast<T>(s);
+        }
+}
+
+// Checks shared by conv2d_forward / conv2d_backward: x is [N, C, H, W] and weight is
+// [Cout, C, kh, kw] with the sizes of their buffers; returns the geometry and sets cout.
+ConvGeom check_conv(const char* K, const Buf& x, const std::vector<int64_t>& x_shape, const Buf& w,
+                    const std::vector<int64_t>& w_shape, const std::vector<int64_t>& stride,
+                    const std::vector<int64_t>& padding, int64_t& cout) {
+    check_same_dtype(K, x, "x", w, "weight");
+    if (w_shape.size() != 4) value_error(K, "weight_shape must be (Cout, C, kh, kw), got " + list_str(w_shape));
+    for (int64_t d : w_shape)
+        if (d < 0) value_error(K, "negative dimension in weight_shape " + list_str(w_shape));
+    if (x_shape.size() == 4 && w_shape[1] != x_shape[1])
+        value_error(K, "x has " + std::to_string(x_shape[1]) + " channels (x_shape " + list_str(x_shape) +
+                           ") but weight_shape " + list_str(w_shape) + " expects " + std::to_string(w_shape[1]));
+    ConvGeom g = check_geom(K, x_shape, {w_shape[2], w_shape[3]}, stride, padding);
+    cout = w_shape[0];
+    const int64_t xs = image_size(K, g);
+    if (x.size != xs)
+        value_error(K, "'x' has " + std::to_string(x.size) + " elements but x_shape " + list_str(x_shape) + " has " +
+                           std::to_string(xs));
+    int64_t ws = checked_mul(K, cout, g.c, "the weight size");
+    ws = checked_mul(K, checked_mul(K, ws, g.kh, "the weight size"), g.kw, "the weight size");
+    if (w.size != ws)
+        value_error(K, "'weight' has " + std::to_string(w.size) + " elements but weight_shape " + list_str(w_shape) +
+                           " has " + std::to_string(ws));
+    cols_size(K, g);  // N*Ho*Wo*C*kh*kw must not overflow either
+    return g;
+}
+
+int64_t conv_out_size(const char* K, const ConvGeom& g, int64_t cout) {
+    int64_t s = checked_mul(K, g.n, cout, "N*Cout*Ho*Wo");
+    return checked_mul(K, checked_mul(K, s, g.ho, "N*Cout*Ho*Wo"), g.wo, "N*Cout*Ho*Wo");
+}
+
+void conv2d_forward(const py::object& x_o, const std::vector<int64_t>& x_shape, const py::object& w_o,
+                    const std::vector<int64_t>& w_shape, const py::object& bias_o, const std::vector<int64_t>& stride,
+                    const std::vector<int64_t>& padding, const py::object& out_o) {
+    const char* K = "conv2d_forward";
+    Buf x = check_buffer(K, "x", x_o, false);
+    Buf w = check_buffer(K, "weight", w_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    int64_t cout = 0;
+    ConvGeom g = check_conv(K, x, x_shape, w, w_shape, stride, padding, cout);
+    check_same_dtype(K, x, "x", out, "out");
+    const int64_t os = conv_out_size(K, g, cout);
+    if (out.size != os)
+        value_error(K, "'out' has " + std::to_string(out.size) + " elements but the output [N, Cout, Ho, Wo] = " +
+                           list_str({g.n, cout, g.ho, g.wo}) + " has " + std::to_string(os));
+    std::optional<Buf> bias;
+    if (!bias_o.is_none()) {
+        bias = check_buffer(K, "bias", bias_o, false);
+        check_same_dtype(K, x, "x", *bias, "bias");
+        if (bias->size != cout)
+            value_error(K, "'bias' has " + std::to_string(bias->size) + " elements but Cout is " +
+                               std::to_string(cout));
+    }
+    check_no_overlap(K, x, "x", out);
+    check_no_overlap(K, w, "weight", out);
+    if (bias) check_no_overlap(K, *bias, "bias", out);
+    if (os == 0) return;
+    if (g.c == 0) {  // an empty reduction: the output is the bias (or zero)
+        const int64_t hw = g.ho * g.wo;
+        for (int64_t i = 0; i < os; ++i) {
+            const double v = bias ? (x.dtype == DType::f32 ? cptr<float>(*bias)[(i / hw) % cout]
+                                                           : cptr<double>(*bias)[(i / hw) % cout]) : 0.0;
+            if (x.dtype == DType::f32) ptr<float>(out)[i] = static_cast<float>(v);
+            else ptr<double>(out)[i] = v;
+        }
+        return;
+    }
+    py::gil_scoped_release nogil;
+    if (x.dtype == DType::f32)
+        conv2d_forward_t(cptr<float>(x), cptr<float>(w), bias ? cptr<float>(*bias) : nullptr, ptr<float>(out), g, cout);
+    else
+        conv2d_forward_t(cptr<double>(x), cptr<double>(w), bias ? cptr<double>(*bias) : nullptr, ptr<double>(out), g,
+                         cout);
+}
+
+void conv2d_backward(const py::object& x_o, const std::vector<int64_t>& x_shape, const py::object& w_o,
+                     const std::vector<int64_t>& w_shape, const py::object& g_o, const std::vector<int64_t>& stride,
+                     const std::vector<int64_t>& padding, const py::object& gx_o, const py::object& gw_o,
+                     const py::object& gb_o) {
+    const char* K = "conv2d_backward";
+    Buf x = check_buffer(K, "x", x_o, false);
+    Buf w = check_buffer(K, "weight", w_o, false);
+    Buf gout = check_buffer(K, "grad_out", g_o, false);
+    int64_t cout = 0;
+    ConvGeom g = check_conv(K, x, x_shape, w, w_shape, stride, padding, cout);
+    check_same_dtype(K, x, "x", gout, "grad_out");
+    const int64_t os = conv_out_size(K, g, cout);
+    if (gout.size != os)
+        value_error(K, "'grad_out' has " + std::to_string(gout.size) + " elements but the output [N, Cout, Ho, Wo] = " +
+                           list_str({g.n, cout, g.ho, g.wo}) + " has " + std::to_string(os));
+    auto optional_out = [&](const py::object& o, const char* name, int64_t size) -> std::optional<Buf> {
+        if (o.is_none()) return std::nullopt;
+        Buf b = check_buffer(K, name, o, true);
+        check_same_dtype(K, x, "x", b, name);
+        if (b.size != size)
+            value_error(K, std::string("'") + name + "' has " + std::to_string(b.size) + " elements, expected " +
+                               std::to_string(size));
+        for (const auto& [in, in_name] : {std::pair<const Buf*, const char*>{&x, "x"}, {&w, "weight"}, {&gout, "grad_out"}})
+            check_no_overlap(K, *in, in_name, b);
+        return b;
+    };
+    std::optional<Buf> gx = optional_out(gx_o, "grad_x", x.size);
+    std::optional<Buf> gw = optional_out(gw_o, "grad_weight", w.size);
+    std::optional<Buf> gb = optional_out(gb_o, "grad_bias", cout);
+    if ((gx && gw && overlaps(*gx, *gw)) || (gx && gb && overlaps(*gx, *gb)) || (gw && gb && overlaps(*gw, *gb)))
+        value_error(K, "the gradient outputs must not overlap");
+    // empty products: whatever is asked for is zero
+    if (os == 0 || g.c == 0) {
+        for (auto* b : {gx ? &*gx : nullptr, gw ? &*gw : nullptr, gb ? &*gb : nullptr})
+            if (b) {
+                if (b->dtype == DType::f32) std::fill(ptr<float>(*b), ptr<float>(*b) + b->size, 0.0f);
+                else std::fill(ptr<double>(*b), ptr<double>(*b) + b->size, 0.0);
+            }
+        if (gb && os != 0) {  // C == 0 still has a bias gradient
+            for (int64_t o = 0; o < cout; ++o) {
+                double s = 0;
+                for (int64_t i = 0; i < g.n; ++i)
+                    for (int64_t q = 0; q < g.ho * g.wo; ++q) {
+                        const int64_t at = (i * cout + o) * g.ho * g.wo + q;
+                        s += x.dtype == DType::f32 ? cptr<float>(gout)[at] : cptr<double>(gout)[at];
+                    }
+                if (x.dtype == DType::f32) ptr<float>(*gb)[o] = static_cast<float>(s);
+                else ptr<double>(*gb)[o] = s;
+            }
+        }
+        return;
+    }
+    py::gil_scoped_release nogil;
+    if (x.dtype == DType::f32)
+        conv2d_backward_t(cptr<float>(x), cptr<float>(w), cptr<float>(gout), gx ? ptr<float>(*gx) : nullptr,
+                          gw ? ptr<float>(*gw) : nullptr, gb ? ptr<float>(*gb) : nullptr, g, cout);
+    else
+        conv2d_backward_t(cptr<double>(x), cptr<double>(w), cptr<double>(gout), gx ? ptr<double>(*gx) : nullptr,
+                          gw ? ptr<double>(*gw) : nullptr, gb ? ptr<double>(*gb) : nullptr, g, cout);
+}
+
 std::string compiler() {
 #if defined(__clang__)
     return std::string("clang ") + __clang_version__;
@@ -1502,6 +1863,15 @@ PYBIND11_MODULE(_cpu, m) {
     m.def("col2im", &col2im, py::arg("cols"), py::arg("x_shape"), py::arg("kernel_size"), py::arg("stride"),
           py::arg("padding"), py::arg("out"),
           "out[N, C, H, W] = the adjoint of im2col: every entry of cols added onto its input pixel.");
+    m.def("conv2d_forward", &conv2d_forward, py::arg("x"), py::arg("x_shape"), py::arg("weight"),
+          py::arg("weight_shape"), py::arg("bias"), py::arg("stride"), py::arg("padding"), py::arg("out"),
+          "out[N, Cout, Ho, Wo] = conv2d(x, weight) + bias (bias may be None), NCHW, without materialising\n"
+          "the column matrix: each image's columns are built a few rows at a time in cache.");
+    m.def("conv2d_backward", &conv2d_backward, py::arg("x"), py::arg("x_shape"), py::arg("weight"),
+          py::arg("weight_shape"), py::arg("grad_out"), py::arg("stride"), py::arg("padding"), py::arg("grad_x"),
+          py::arg("grad_weight"), py::arg("grad_bias"),
+          "The gradients of conv2d_forward given grad_out [N, Cout, Ho, Wo], written into grad_x [N, C, H, W],\n"
+          "grad_weight [Cout, C, kh, kw] and grad_bias [Cout]; pass None for any that is not needed.");
     set_matmul_isa("auto");
     m.def("matmul_isa", []() { return g_matmul_isa; },
           "The instruction set of the matmul micro-kernel in use: avx512, avx2 or base.");
