@@ -1463,15 +1463,15 @@ void col2im(const py::object& cols_o, const std::vector<int64_t>& x_shape, const
 // thread; weight-gradient partial sums are added in thread order: deterministic for a
 // given thread count).
 
-// cols[(c*kh + p)*kw + q][(i - i0)*wo + j] = x_pad[c, i*sh + p, j*sw + q] for i in [i0, i1).
+// cols[(c*kh + p)*kw + q][(i - i0)*wo + j] = x_pad[c, i*sh + p, j*sw + q] for i in [i0, i1);
+// the rows of cols are `ld` elements apart (several images' blocks sit side by side).
 template <typename T>
-void image_columns(const T* x, T* cols, const ConvGeom& g, int64_t i0, int64_t i1) {
-    const int64_t ncol = (i1 - i0) * g.wo;
+void image_columns(const T* x, T* cols, int64_t ld, const ConvGeom& g, int64_t i0, int64_t i1) {
     for (int64_t c = 0; c < g.c; ++c) {
         const T* plane = x + c * g.h * g.w;
         for (int64_t p = 0; p < g.kh; ++p) {
             for (int64_t q = 0; q < g.kw; ++q) {
-                T* o = cols + ((c * g.kh + p) * g.kw + q) * ncol;
+                T* o = cols + ((c * g.kh + p) * g.kw + q) * ld;
                 int64_t lo, hi;  // output columns j that read inside the image
                 valid_cols(q - g.pw, g.sw, g.w, g.wo, lo, hi);
                 for (int64_t i = i0; i < i1; ++i, o += g.wo) {
@@ -1493,13 +1493,12 @@ void image_columns(const T* x, T* cols, const ConvGeom& g, int64_t i0, int64_t i
 
 // The adjoint of image_columns: x[c, y, x] += every entry of cols read from that pixel.
 template <typename T>
-void image_columns_add(const T* cols, T* x, const ConvGeom& g, int64_t i0, int64_t i1) {
-    const int64_t ncol = (i1 - i0) * g.wo;
+void image_columns_add(const T* cols, int64_t ld, T* x, const ConvGeom& g, int64_t i0, int64_t i1) {
     for (int64_t c = 0; c < g.c; ++c) {
         T* plane = x + c * g.h * g.w;
         for (int64_t p = 0; p < g.kh; ++p) {
             for (int64_t q = 0; q < g.kw; ++q) {
-                const T* s = cols + ((c * g.kh + p) * g.kw + q) * ncol;
+                const T* s = cols + ((c * g.kh + p) * g.kw + q) * ld;
                 int64_t lo, hi;
                 valid_cols(q - g.pw, g.sw, g.w, g.wo, lo, hi);
                 for (int64_t i = i0; i < i1; ++i, s += g.wo) {
@@ -1528,9 +1527,31 @@ void gemm_serial(TileFn<T> tile, const T* A, int64_t ars, int64_t acs, const T* 
                  brs, bcs, accumulate);
 }
 
+// Packing buffers for gemm_serial products of at most m x k x n (sized to the product, so
+// small convs don't pay for the full blocks).
 template <typename T>
-std::pair<size_t, size_t> gemm_buffer_sizes() {
-    return {static_cast<size_t>(kMC * Blocks<T>::KC), static_cast<size_t>((Blocks<T>::NC + kMaxNR) * Blocks<T>::KC)};
+std::pair<size_t, size_t> gemm_buffer_sizes(int64_t m, int64_t k, int64_t n) {
+    const int64_t kc = std::min<int64_t>(k, Blocks<T>::KC);
+    const int64_t mc = round_up(std::min<int64_t>(m, kMC), kMCStep);
+    const int64_t nc = std::min<int64_t>(n, Blocks<T>::NC) + kMaxNR;
+    return {static_cast<size_t>(mc * kc), static_cast<size_t>(nc * kc)};
+}
+
+// Per-thread scratch buffers, kept between calls: a conv allocates nothing per call (fresh
+// buffers of a few hundred KiB cost page faults on every call, more than a small conv's
+// arithmetic).  `slot` names the buffer; every element is written before it is read.
+enum ScratchSlot { kCols, kDcols, kGathered, kGwAcc, kPackA, kPackB, kScratchSlots };
+
+template <typename T>
+T* scratch(ScratchSlot slot, size_t n) {
+    thread_local std::vector<T> buffers[kScratchSlots];
+    std::vector<T>& b = buffers[slot];
+    if (b.size() < n) {
+        b.clear();
+        b.shrink_to_fit();
+        b.resize(n);
+    }
+    return b.data();
 }
 
 // The micro-tile for a product with m output rows: the AVX-512 tile (12 x 32) wastes up to
@@ -1544,7 +1565,7 @@ TileFn<T> pick_conv_tile(int64_t m, int64_t n) {
         constexpr int64_t L = 64 / static_cast<int64_t>(sizeof(T));
         const int64_t wide = round_up(m, 12) * round_up(n, 2 * L) / 2;
         const int64_t narrow = round_up(m, 6) * round_up(n, L);
-        return wide <= narrow ? pick_tile_for<T>("avx512") : pick_tile_for<T>("avx2");
+        return wide < narrow ? pick_tile_for<T>("avx512") : pick_tile_for<T>("avx2");
     }
 #endif
     (void)m;
@@ -1552,10 +1573,20 @@ TileFn<T> pick_conv_tile(int64_t m, int64_t n) {
     return pick_tile<T>();
 }
 
-// Output rows per block: the block's columns (C*kh*kw x rows*Wo) stay within ~512 KiB.
-inline int64_t conv_row_block(const ConvGeom& g, size_t itemsize) {
+// How the work is cut into blocks whose columns (C*kh*kw x block width) stay within
+// ~512 KiB of cache: several whole images side by side when images are small (one product
+// per image would be dominated by packing), else a few output rows of one image.
+struct ConvBlocks {
+    int64_t images, rows;                          // per block
+    int64_t width() const { return images * rows; } // output rows covered (times Wo: columns)
+};
+
+inline ConvBlocks conv_blocks(const ConvGeom& g, size_t itemsize) {
+    constexpr int64_t budget = int64_t(512) << 10;
     const int64_t per_row = std::max<int64_t>(1, g.c * g.kh * g.kw * g.wo * static_cast<int64_t>(itemsize));
-    return std::max<int64_t>(1, std::min<int64_t>(g.ho, (int64_t(512) << 10) / per_row));
+    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(g.ho, budget / per_row));
+    if (rows < g.ho) return {1, rows};
+    return {std::max<int64_t>(1, std::min<int64_t>(g.n, budget / (per_row * g.ho))), g.ho};
 }
 
 // Threads for `tasks` independent images (1 below the parallel threshold).
@@ -1582,72 +1613,112 @@ void run_threads(int nt, Body body) {
     body(int64_t(0), int64_t(1));
 }
 
+// Calls body(b0, b1, i0, i1) for the blocks of images [first, last): images b0..b1-1, output
+// rows i0..i1-1 of each (several images with all rows, or one image with some rows).
+template <typename Body>
+void for_each_block(const ConvGeom& g, const ConvBlocks& bl, int64_t first, int64_t last, Body body) {
+    for (int64_t b0 = first; b0 < last; b0 += bl.images) {
+        const int64_t b1 = std::min(last, b0 + bl.images);
+        for (int64_t i0 = 0; i0 < g.ho; i0 += bl.rows) body(b0, b1, i0, std::min(g.ho, i0 + bl.rows));
+    }
+}
+
 template <typename T>
 void conv2d_forward_t(const T* x, const T* w, const T* bias, T* out, const ConvGeom& g, int64_t cout) {
-    const int64_t ckk = g.c * g.kh * g.kw, hw = g.ho * g.wo, rb = conv_row_block(g, sizeof(T));
-    const TileFn<T> tile = pick_conv_tile<T>(cout, rb * g.wo);
-    const auto [a_len, b_len] = gemm_buffer_sizes<T>();
+    const int64_t ckk = g.c * g.kh * g.kw, hw = g.ho * g.wo, image = g.c * g.h * g.w;
+    const ConvBlocks bl = conv_blocks(g, sizeof(T));
+    const int64_t cap = bl.width() * g.wo;  // columns of the widest block
+    const TileFn<T> tile = pick_conv_tile<T>(cout, cap);
+    const auto [a_len, b_len] = gemm_buffer_sizes<T>(cout, ckk, cap);
     const int nt = conv_threads(g.n, g.n * cout * hw * ckk);
     run_threads(nt, [&](int64_t t, int64_t tn) {
-        std::vector<T> cols(static_cast<size_t>(ckk * rb * g.wo)), Ap(a_len), Bp(b_len);
-        for (int64_t b = g.n * t / tn; b < g.n * (t + 1) / tn; ++b) {
-            const T* xb = x + b * g.c * g.h * g.w;
-            T* ob = out + b * cout * hw;
-            for (int64_t i0 = 0; i0 < g.ho; i0 += rb) {
-                const int64_t i1 = std::min(g.ho, i0 + rb), ncol = (i1 - i0) * g.wo;
-                image_columns(xb, cols.data(), g, i0, i1);
-                gemm_serial(tile, w, ckk, int64_t(1), cols.data(), ncol, int64_t(1), ob + i0 * g.wo, hw, cout, ckk,
-                            ncol, Ap.data(), Bp.data(), false);
+        T* cols = scratch<T>(kCols, static_cast<size_t>(ckk * cap));
+        T* outs = bl.images > 1 ? scratch<T>(kGathered, static_cast<size_t>(cout * cap)) : nullptr;
+        T* Ap = scratch<T>(kPackA, a_len);
+        T* Bp = scratch<T>(kPackB, b_len);
+        const int64_t first = g.n * t / tn, last = g.n * (t + 1) / tn;
+        for_each_block(g, bl, first, last, [&](int64_t b0, int64_t b1, int64_t i0, int64_t i1) {
+            const int64_t per = (i1 - i0) * g.wo, ld = (b1 - b0) * per;
+            for (int64_t b = b0; b < b1; ++b) image_columns(x + b * image, cols + (b - b0) * per, ld, g, i0, i1);
+            if (b1 - b0 == 1) {  // straight into out[b, :, rows]
+                gemm_serial(tile, w, ckk, int64_t(1), cols, ld, int64_t(1), out + b0 * cout * hw + i0 * g.wo,
+                            hw, cout, ckk, ld, Ap, Bp, false);
+                return;
             }
-            if (bias)
+            gemm_serial(tile, w, ckk, int64_t(1), cols, ld, int64_t(1), outs, ld, cout, ckk, ld, Ap,
+                        Bp, false);
+            for (int64_t b = b0; b < b1; ++b)
                 for (int64_t o = 0; o < cout; ++o)
-                    for (int64_t s = 0; s < hw; ++s) ob[o * hw + s] += bias[o];
-        }
+                    std::memcpy(out + (b * cout + o) * hw + i0 * g.wo, outs + o * ld + (b - b0) * per,
+                                static_cast<size_t>(per) * sizeof(T));
+        });
+        if (bias)
+            for (int64_t b = first; b < last; ++b)
+                for (int64_t o = 0; o < cout; ++o) {
+                    T* ob = out + (b * cout + o) * hw;
+                    for (int64_t s = 0; s < hw; ++s) ob[s] += bias[o];
+                }
     });
 }
 
 template <typename T>
 void conv2d_backward_t(const T* x, const T* w, const T* gout, T* gx, T* gw, T* gb, const ConvGeom& g, int64_t cout) {
-    const int64_t ckk = g.c * g.kh * g.kw, hw = g.ho * g.wo, rb = conv_row_block(g, sizeof(T));
-    const TileFn<T> tile_w = pick_conv_tile<T>(ckk, cout), tile_x = pick_conv_tile<T>(ckk, rb * g.wo);
-    const auto [a_len, b_len] = gemm_buffer_sizes<T>();
+    const int64_t ckk = g.c * g.kh * g.kw, hw = g.ho * g.wo, image = g.c * g.h * g.w;
+    const ConvBlocks bl = conv_blocks(g, sizeof(T));
+    const int64_t cap = bl.width() * g.wo;
+    const TileFn<T> tile_w = pick_conv_tile<T>(ckk, cout), tile_x = pick_conv_tile<T>(ckk, cap);
+    // the two products: dW^T (ckk x width x cout) and dcols (ckk x cout x width)
+    const auto [a_len, b_len] = gemm_buffer_sizes<T>(ckk, std::max(cout, cap), std::max(cout, cap));
     const int nt = conv_threads(g.n, g.n * cout * hw * ckk * ((gx ? 1 : 0) + (gw ? 1 : 0)));
     std::vector<double> gw_parts(gw ? static_cast<size_t>(nt * ckk * cout) : 0, 0.0);
     std::vector<double> gb_parts(gb ? static_cast<size_t>(nt * cout) : 0, 0.0);
     run_threads(nt, [&](int64_t t, int64_t tn) {
-        std::vector<T> cols(gw ? static_cast<size_t>(ckk * rb * g.wo) : 0);
-        std::vector<T> dcols(gx ? static_cast<size_t>(ckk * rb * g.wo) : 0);
-        std::vector<T> gw_acc(gw ? static_cast<size_t>(ckk * cout) : 0, T(0)), Ap(a_len), Bp(b_len);
+        T* cols = gw ? scratch<T>(kCols, static_cast<size_t>(ckk * cap)) : nullptr;
+        T* dcols = gx ? scratch<T>(kDcols, static_cast<size_t>(ckk * cap)) : nullptr;
+        T* gs = bl.images > 1 ? scratch<T>(kGathered, static_cast<size_t>(cout * cap)) : nullptr;
+        T* gw_acc = gw ? scratch<T>(kGwAcc, static_cast<size_t>(ckk * cout)) : nullptr;
+        T* Ap = scratch<T>(kPackA, a_len);
+        T* Bp = scratch<T>(kPackB, b_len);
         bool gw_started = false;
-        for (int64_t b = g.n * t / tn; b < g.n * (t + 1) / tn; ++b) {
-            const T* xb = x + b * g.c * g.h * g.w;
-            const T* gbatch = gout + b * cout * hw;
-            T* gxb = gx ? gx + b * g.c * g.h * g.w : nullptr;
-            if (gxb) std::fill(gxb, gxb + g.c * g.h * g.w, T(0));
-            for (int64_t i0 = 0; i0 < g.ho; i0 += rb) {
-                const int64_t i1 = std::min(g.ho, i0 + rb), ncol = (i1 - i0) * g.wo;
-                const T* gblk = gbatch + i0 * g.wo;  // g_img[:, rows]: Cout rows of stride hw
-                if (gw) {
-                    image_columns(xb, cols.data(), g, i0, i1);
-                    // dW^T[CKK, Cout] += cols[CKK, ncol] @ g_blk^T (B(p, o) = gblk[o*hw + p])
-                    gemm_serial(tile_w, cols.data(), ncol, int64_t(1), gblk, int64_t(1), hw, gw_acc.data(), cout,
-                                ckk, ncol, cout, Ap.data(), Bp.data(), gw_started);
-                    gw_started = true;
-                }
-                if (gxb) {
-                    // dcols[CKK, ncol] = W^T (A(r, o) = w[o*CKK + r]) @ g_blk[Cout, ncol]
-                    gemm_serial(tile_x, w, int64_t(1), ckk, gblk, hw, int64_t(1), dcols.data(), ncol, ckk, cout,
-                                ncol, Ap.data(), Bp.data(), false);
-                    image_columns_add(dcols.data(), gxb, g, i0, i1);
-                }
+        const int64_t first = g.n * t / tn, last = g.n * (t + 1) / tn;
+        if (gx) std::fill(gx + first * image, gx + last * image, T(0));
+        for_each_block(g, bl, first, last, [&](int64_t b0, int64_t b1, int64_t i0, int64_t i1) {
+            const int64_t per = (i1 - i0) * g.wo, ld = (b1 - b0) * per;
+            // G[o, col]: the output gradient of the block, Cout rows `grs` apart
+            const T* G = gout + b0 * cout * hw + i0 * g.wo;
+            int64_t grs = hw;
+            if (b1 - b0 > 1) {  // gather the images' gradients side by side
+                for (int64_t b = b0; b < b1; ++b)
+                    for (int64_t o = 0; o < cout; ++o)
+                        std::memcpy(gs + o * ld + (b - b0) * per, gout + (b * cout + o) * hw + i0 * g.wo,
+                                    static_cast<size_t>(per) * sizeof(T));
+                G = gs;
+                grs = ld;
             }
-            if (gb)
+            if (gw) {
+                for (int64_t b = b0; b < b1; ++b)
+                    image_columns(x + b * image, cols + (b - b0) * per, ld, g, i0, i1);
+                // dW^T[CKK, Cout] (+)= cols[CKK, ld] @ G^T   (B(p, o) = G[o*grs + p])
+                gemm_serial(tile_w, cols, ld, int64_t(1), G, int64_t(1), grs, gw_acc, cout, ckk, ld, cout,
+                            Ap, Bp, gw_started);
+                gw_started = true;
+            }
+            if (gx) {
+                // dcols[CKK, ld] = W^T (A(r, o) = w[o*CKK + r]) @ G[Cout, ld]
+                gemm_serial(tile_x, w, int64_t(1), ckk, G, grs, int64_t(1), dcols, ld, ckk, cout, ld, Ap,
+                            Bp, false);
+                for (int64_t b = b0; b < b1; ++b)
+                    image_columns_add(dcols + (b - b0) * per, ld, gx + b * image, g, i0, i1);
+            }
+        });
+        if (gb)
+            for (int64_t b = first; b < last; ++b)
                 for (int64_t o = 0; o < cout; ++o) {
+                    const T* gbo = gout + (b * cout + o) * hw;
                     double s = 0;
-                    for (int64_t q = 0; q < hw; ++q) s += static_cast<double>(gbatch[o * hw + q]);
+                    for (int64_t q = 0; q < hw; ++q) s += static_cast<double>(gbo[q]);
                     gb_parts[static_cast<size_t>(t * cout + o)] += s;
                 }
-        }
         if (gw && gw_started)
             for (int64_t q = 0; q < ckk * cout; ++q) gw_parts[static_cast<size_t>(t * ckk * cout + q)] = gw_acc[q];
     });
