@@ -129,6 +129,7 @@ def main(argv=None) -> int:
         elif device == "cpu":  # the goal is the cpu backend's
             _row(f"conv2d fwd+bwd LeNet batch {batch}, device={device}: mini / torch time",
                  t_mini / t_torch, "<= 2", t_mini / t_torch <= 2)
+            print(f"  {'(mini ' + format(t_mini * 1e3, '.1f') + ' ms, PyTorch ' + format(t_torch * 1e3, '.1f') + ' ms)'}")
         else:  # numpy is the portable reference: measured for comparison, no goal
             print(f"  {'conv2d fwd+bwd LeNet batch ' + str(batch) + ', device=numpy: mini / torch time':<58}"
                   f" {t_mini / t_torch:>8.2f}   (the portable reference backend)")

@@ -77,15 +77,33 @@ print(f"OpenMP threads available to your kernels: {get_max_threads()}")
 '''
 
 
-def build() -> nbformat.NotebookNode:
-    ex = exercise_sources(REFERENCES)
-    cells = []
-    add = cells.append
+# The "What you build" table; points come from POINTS.
+EXERCISES = [
+    ("04.omp_add", "omp_add(a, b)", "an OpenMP elementwise kernel"),
+    ("04.omp_sum", "omp_sum(x)", "a parallel reduction"),
+    ("04.tiled_matmul", "tiled_matmul(a, b)", "a cache-blocked, parallel matrix product"),
+    ("04.fused_add_relu", "fused_add_relu(a, b)", "a fused kernel, and its measured speedup"),
+    ("04.im2col_view", "im2col_view(xp, k, s)", "receptive fields as a 6-D view, no copy"),
+    ("04.im2col", "im2col_matrix(x, k, s, p)", "the im2col matrix (the copy)"),
+    ("04.col2im", "col2im_matrix(cols, ...)", "its adjoint, which accumulates"),
+    ("04.conv2d_forward", "conv2d_forward(x, w, b, s, p)", "convolution as one GEMM"),
+    ("04.conv2d_backward", "conv2d_backward(x, w, g, s, p)", "its three gradients"),
+    ("04.conv_input_grad_flipped", "input_grad_by_flipped_kernel(g, w, p)",
+     "the input gradient as a convolution with the flipped kernel"),
+]
+QUIZ_SLOTS = ("04.quiz_gemm_cost", "04.quiz_chain_traffic")
 
-    def exercise_cell(slot):
-        add(solution(slot, ex[slot][1]))
 
-    add(md(r"""
+def exercise_table() -> str:
+    rows = ["| # | slot | your function | what it is | points |", "|---|------|---------------|------------|-------:|"]
+    rows += [f"| {i} | `{slot}` | `{fn}` | {what} | {POINTS[slot]} |"
+             for i, (slot, fn, what) in enumerate(EXERCISES, 1)]
+    rows.append(f"| | | two napkin questions | FLOPs, bytes, fusion traffic | "
+                f"{sum(POINTS[q] for q in QUIZ_SLOTS)} |")
+    return "\n".join(rows)
+
+
+INTRO = r"""
 # Chapter 04 — Hardware on the CPU: kernels, caches and the roofline
 
 So far mini's arithmetic has been numpy's. In this chapter you write the arithmetic yourself,
@@ -96,18 +114,7 @@ and use them to predict how fast each kernel can possibly be.
 
 **What you build**
 
-| # | slot | your function | what it is | points |
-|---|------|---------------|------------|-------:|
-| 1 | `04.omp_add` | `omp_add(a, b)` | an OpenMP elementwise kernel | 10 |
-| 2 | `04.omp_sum` | `omp_sum(x)` | a parallel reduction | 12 |
-| 3 | `04.tiled_matmul` | `tiled_matmul(a, b)` | a cache-blocked, parallel matrix product | 14 |
-| 4 | `04.fused_add_relu` | `fused_add_relu(a, b)` | a fused kernel, and its measured speedup | 8 |
-| 5 | `04.im2col_view` | `im2col_view(xp, k, s)` | receptive fields as a 6-D view, no copy | 10 |
-| 6 | `04.im2col` | `im2col_matrix(x, k, s, p)` | the im2col matrix (the copy) | 10 |
-| 7 | `04.col2im` | `col2im_matrix(cols, ...)` | its adjoint, which accumulates | 10 |
-| 8 | `04.conv2d_forward` | `conv2d_forward(x, w, b, s, p)` | convolution as one GEMM | 8 |
-| 9 | `04.conv2d_backward` | `conv2d_backward(x, w, g, s, p)` | its three gradients | 10 |
-| | | two napkin questions | FLOPs, bytes, fusion traffic | 8 |
+{EXERCISE_TABLE}
 
 **Why a framework engineer cares.** A framework is fast when its kernels are. Whether a kernel
 is fast depends less on clever code than on two numbers of the machine: how many bytes per
@@ -125,7 +132,18 @@ loop over a flat array. A C++ compiler (g++ or clang++) must be installed; `make
 exercises, the function you write holds the C++ source as a string and compiles it with
 `load_inline`, which caches the build: only the first call (per change of the source)
 compiles, later calls cost microseconds. Demos that need an unfinished exercise print a note.
-"""))
+"""
+
+
+def build() -> nbformat.NotebookNode:
+    ex = exercise_sources(REFERENCES)
+    cells = []
+    add = cells.append
+
+    def exercise_cell(slot):
+        add(solution(slot, ex[slot][1]))
+
+    add(md(INTRO.replace("{EXERCISE_TABLE}", exercise_table())))
     add(demo("setup", SETUP))
 
     # ------------------------------------------------------------------ 1. the machine
@@ -482,7 +500,7 @@ gradient as `[N·Ho·Wo, Cout]`), the rules of chapter 02 give:
 
 For stride 1, col2im of `g @ Wm` equals a *full* convolution of the zero-padded output
 gradient with the kernel flipped in both spatial axes: the input gradient of a convolution
-is a convolution with the flipped kernel. The demo after the exercises checks it.
+is a convolution with the flipped kernel: the exercise after this one.
 """))
     exercise_cell("04.col2im")
     add(test("04.col2im", "col2im_matrix", r'''
@@ -514,15 +532,48 @@ expect_close(gx, want_gxpad[:, :, 1:-1, 1:-1], "grad_x", "col2im(g @ W) with W a
 expect_close(gb, g.sum(axis=(0, 2, 3)), "grad_bias", "sum over N, Ho, Wo")
 print("conv2d_backward: visible checks passed")
 '''))
+    add(md(r"""
+**The flipped kernel.** Look at one input pixel in the stride-1 case. It fed output `(i, j)`
+through kernel tap `(p, q)` exactly when it sits at `(i + p, j + q)`: the outputs it touched
+form a `kh × kw` window around it, and it met their taps in *reverse* order, the bottom-right
+tap from the top-left output. So the input gradient is itself a convolution of the output
+gradient:
+
+- with the kernel **flipped** in both spatial axes, `w[:, :, ::-1, ::-1]`,
+- whose two channel axes are **swapped** (it maps `Cout` channels back to `C`): shape
+  `[C, Cout, kh, kw]`,
+- over the output gradient padded by `kh - 1 - ph` and `kw - 1 - pw`: a *full* convolution,
+  so that every output whose window touched a pixel is in that pixel's window.
+
+This is why a GPU library needs only one fast convolution kernel for two of the three passes,
+and the same identity is behind the "transposed convolution" of upsampling layers. Write it
+with your `conv2d_forward`:
+"""))
+    exercise_cell("04.conv_input_grad_flipped")
+    add(test("04.conv_input_grad_flipped", "input_grad_by_flipped_kernel", r'''
+rng = np.random.default_rng(3)
+x = rng.standard_normal((2, 2, 6, 5))
+w = rng.standard_normal((3, 2, 3, 2))
+g = rng.standard_normal((2, 3, 4, 6))                 # stride 1, padding (0, 1): Ho = 4, Wo = 6
+# an independent oracle: pixel (i + p, j + q) of the padded input fed out[i, j] through w[:, :, p, q]
+want_pad = np.zeros((2, 2, 6, 7))
+for p in range(3):
+    for q in range(2):
+        want_pad[:, :, p:p + 4, q:q + 6] += np.einsum("noij,oc->ncij", g, w[:, :, p, q])
+got = input_grad_by_flipped_kernel(g, w, (0, 1))
+expect_close(got, want_pad[:, :, :, 1:-1], "input_grad_by_flipped_kernel(g, w, padding (0, 1))",
+             "flip BOTH spatial axes (w[:, :, ::-1, ::-1]), swap the channel axes to [C, Cout, kh, kw], "
+             "and pad by (kh - 1 - ph, kw - 1 - pw)")
+print("input_grad_by_flipped_kernel: visible checks passed")
+'''))
     add(demo("flipped_kernel", r'''
 with needs_exercises():
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(4)
     x = rng.standard_normal((1, 2, 6, 6)); w = rng.standard_normal((3, 2, 3, 3))
-    g = rng.standard_normal((1, 3, 4, 4))                     # stride 1, no padding: Ho = Wo = 4
-    gx, _, _ = conv2d_backward(x, w, g, (1, 1), (0, 0))
-    w_flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)     # [C, Cout, kh, kw], flipped in space
-    full = conv2d_forward(g, np.ascontiguousarray(w_flipped), None, (1, 1), (2, 2))
-    print("input gradient == full convolution with the flipped kernel:", np.allclose(gx, full))
+    g = rng.standard_normal((1, 3, 6, 6))                     # stride 1, padding 1: Ho = Wo = 6
+    gx, _, _ = conv2d_backward(x, w, g, (1, 1), (1, 1))        # col2im of g @ W
+    print("col2im route == flipped-kernel convolution:",
+          np.allclose(gx, input_grad_by_flipped_kernel(g, w, (1, 1))))
 '''))
 
     # ------------------------------------------------------------------ 9. payoff

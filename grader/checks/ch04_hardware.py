@@ -27,15 +27,16 @@ from grader.checks.helpers import (CheckFailed, call, call_text, describe, descr
 # Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
 # for its test cells (100 in all for the chapter).
 POINTS = {
-    "04.omp_add": 10,
+    "04.omp_add": 8,
     "04.omp_sum": 12,
-    "04.tiled_matmul": 14,
+    "04.tiled_matmul": 12,
     "04.fused_add_relu": 8,
     "04.im2col_view": 10,
     "04.im2col": 10,
     "04.col2im": 10,
     "04.conv2d_forward": 8,
-    "04.conv2d_backward": 10,
+    "04.conv2d_backward": 8,
+    "04.conv_input_grad_flipped": 6,
     "04.quiz_gemm_cost": 4,
     "04.quiz_chain_traffic": 4,
 }
@@ -467,6 +468,51 @@ def check_conv2d_backward(fn):
         if not np.allclose(gx, want_x, rtol=1e-9, atol=1e-9):
             fail(f"{what}: grad_x is wrong: the gradient of cols is g @ W (W as [Cout, C*kh*kw]); "
                  f"col2im turns it into the input's gradient, summing overlapping entries")
+
+
+@check("04.conv_input_grad_flipped", points=POINTS["04.conv_input_grad_flipped"])
+def check_conv_input_grad_flipped(fn):
+    gen = rng()
+    cases = [((2, 3, 5, 5), (4, 3, 3), (0, 0)), ((1, 2, 6, 7), (3, 3, 2), (1, 0)),
+             ((2, 2, 4, 4), (2, 3, 3), (2, 2)), ((1, 1, 5, 4), (1, 2, 3), (1, 2))]
+    for _ in range(12):
+        kh, kw = int(gen.integers(1, 5)), int(gen.integers(1, 5))
+        ph, pw = int(gen.integers(0, kh)), int(gen.integers(0, kw))
+        c, cout = int(gen.integers(1, 4)), int(gen.integers(1, 5))
+        h = int(gen.integers(max(1, kh - 2 * ph), 9))
+        w = int(gen.integers(max(1, kw - 2 * pw), 9))
+        cases.append(((int(gen.integers(1, 3)), c, h, w), (cout, kh, kw), (ph, pw)))
+    for x_shape, (cout, kh, kw), p in cases:
+        wgt = gen.standard_normal((cout, x_shape[1], kh, kw))
+        n, c, h, w, ho, wo = _geometry(x_shape, (kh, kw), (1, 1), p)
+        g = gen.standard_normal((n, cout, ho, wo))
+        what = call_text("input_grad_by_flipped_kernel", g, wgt, p)
+        got = expect_array(call(fn, g, wgt, p, name="input_grad_by_flipped_kernel"), what,
+                           dtype=np.float64)
+        if got.shape != x_shape:
+            fail(f"{what}: expected grad_x of shape {x_shape}, got {got.shape}. The 'full' "
+                 f"convolution pads grad_out by kh - 1 - ph = {kh - 1 - p[0]} rows and "
+                 f"kw - 1 - pw = {kw - 1 - p[1]} columns on each side (not by the forward "
+                 f"padding), and the flipped kernel maps Cout = {cout} channels to C = {c}: "
+                 f"its shape is [C, Cout, kh, kw]")
+        cols_grad = g.transpose(0, 2, 3, 1).reshape(-1, cout) @ wgt.reshape(cout, -1)
+        want = _col2im(cols_grad, x_shape, (kh, kw), (1, 1), p)
+        if np.allclose(got, want, rtol=1e-9, atol=1e-9):
+            continue
+        full = (kh - 1 - p[0], kw - 1 - p[1])
+        unflipped = _conv(g, np.ascontiguousarray(wgt.transpose(1, 0, 2, 3)), None, (1, 1), full)
+        if (kh > 1 or kw > 1) and np.allclose(got, unflipped, rtol=1e-9, atol=1e-9):
+            fail(f"{what}: this is the convolution with the kernel NOT flipped; the input "
+                 f"gradient meets the kernel taps in reverse order: use w[:, :, ::-1, ::-1]")
+        for axis, name in ((2, "rows (kh)"), (3, "columns (kw)")):
+            half = np.flip(wgt, axis=5 - axis).transpose(1, 0, 2, 3)  # flipped in the other axis only
+            if wgt.shape[axis] > 1 and np.allclose(got, _conv(g, np.ascontiguousarray(half), None, (1, 1), full),
+                                                   rtol=1e-9, atol=1e-9):
+                fail(f"{what}: the kernel is flipped along one spatial axis only; flip BOTH, "
+                     f"the {name} too: w[:, :, ::-1, ::-1]")
+        fail(f"{what}: wrong values (largest difference {float(np.max(np.abs(got - want))):.3g}); "
+             f"convolve grad_out with w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3) (shape "
+             f"[C, Cout, kh, kw]), stride 1, padding (kh - 1 - ph, kw - 1 - pw)")
 
 
 # =========================================================================== napkin questions

@@ -210,6 +210,33 @@ def conv_backward_wrong_weight_transpose(x, weight, grad_out, stride, padding):
     return grad_x, grad_w, grad_b
 
 
+def _conv_stride1(x, weight, padding):
+    """A plain stride-1 convolution (numpy, no bias)."""
+    kh, kw = weight.shape[2:]
+    v = _view(np.pad(x, ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))),
+              (kh, kw), (1, 1))                                   # [N, Ho, Wo, C, kh, kw]
+    return np.einsum("nhwcij,ocij->nohw", v, weight)
+
+
+def flipped_grad_not_flipped(grad_out, weight, padding):
+    """Swaps the channel axes and pads for a full convolution, but forgets the flip."""
+    kh, kw = weight.shape[2:]
+    return _conv_stride1(grad_out, weight.transpose(1, 0, 2, 3), (kh - 1 - padding[0], kw - 1 - padding[1]))
+
+
+def flipped_grad_one_axis(grad_out, weight, padding):
+    """Flips the kernel's columns only (w[:, :, :, ::-1])."""
+    kh, kw = weight.shape[2:]
+    return _conv_stride1(grad_out, weight[:, :, :, ::-1].transpose(1, 0, 2, 3),
+                         (kh - 1 - padding[0], kw - 1 - padding[1]))
+
+
+def flipped_grad_forward_padding(grad_out, weight, padding):
+    """Pads grad_out with the forward conv's padding instead of kh - 1 - ph (a 'same', not a
+    'full', convolution)."""
+    return _conv_stride1(grad_out, weight[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), padding)
+
+
 # --------------------------------------------------------------------- napkin questions
 
 def gemm_cost_counts_elements(m, k, n):
@@ -245,6 +272,12 @@ MISTAKES = [
             conv_forward_reshape_without_transpose, expect_message="reshape/transpose"),
     Mistake("04.conv2d_backward", "wrong transpose in the weight gradient",
             conv_backward_wrong_weight_transpose, expect_message="wrong transpose"),
+    Mistake("04.conv_input_grad_flipped", "kernel not flipped", flipped_grad_not_flipped,
+            expect_message="NOT flipped"),
+    Mistake("04.conv_input_grad_flipped", "kernel flipped along one axis only", flipped_grad_one_axis,
+            expect_message="flip BOTH"),
+    Mistake("04.conv_input_grad_flipped", "the forward padding reused (not a full convolution)",
+            flipped_grad_forward_padding, expect_message="kh - 1 - ph"),
     Mistake("04.quiz_gemm_cost", "bytes counted as elements", gemm_cost_counts_elements,
             expect_message="4 bytes"),
     Mistake("04.quiz_chain_traffic", "fusion ignored", chain_traffic_ignores_fusion,

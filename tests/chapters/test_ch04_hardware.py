@@ -15,7 +15,7 @@ from mini.napkin import roofline
 
 KERNEL_SLOTS = ["04.omp_add", "04.omp_sum", "04.tiled_matmul", "04.fused_add_relu"]
 CONV_SLOTS = ["04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward",
-              "04.conv2d_backward"]
+              "04.conv2d_backward", "04.conv_input_grad_flipped"]
 QUIZZES = ["04.quiz_gemm_cost", "04.quiz_chain_traffic"]
 
 
@@ -37,7 +37,7 @@ def test_at_least_eight_catalogued_mistakes_covering_the_issue():
     assert len(ms) >= 8
     names = " ".join(m.name for m in ms)
     for needle in ("reduction clause", "tile edges", "off by one", "wrong side", "overwrites",
-                   "non-compact", "wrong transpose"):
+                   "non-compact", "wrong transpose", "not flipped"):
         assert needle in names, needle
 
 
