@@ -218,9 +218,12 @@ def input_grad_by_flipped_kernel(grad_out: np.ndarray, weight: np.ndarray, paddi
 # a student registered an implementation (of the slot or of a slot it is built on), and
 # never while the reference is still the release tool's stub.  device="numpy" always runs
 # the numpy slots: it is the portable reference.  NATIVE_CONV_KERNELS = False turns the
-# native path off everywhere.
+# native path off everywhere.  Keys are the kernels' names, values the slots each replaces
+# (conv2d_forward stands for its backward too: the two come from one build).
 NATIVE_CONV_KERNELS = True
-_FAST_SLOTS = {"im2col": ("04.im2col", "04.im2col_view"), "col2im": ("04.col2im",)}
+_FAST_SLOTS = {"im2col": ("04.im2col", "04.im2col_view"), "col2im": ("04.col2im",),
+               "conv2d_forward": ("04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward",
+                                  "04.conv2d_backward")}
 _native = []
 
 
@@ -234,15 +237,18 @@ def _native_kernels():
     return _native[0]
 
 
-def _fast_backend(t: Tensor, kind: str):
-    """The cpu backend, whose native kernel replaces the slot for ``kind``, or None."""
+def _fast_backend(t: Tensor, kernel: str):
+    """The cpu backend, whose native ``kernel`` replaces the slots of ``_FAST_SLOTS[kernel]``
+    for the tensor ``t``, or None."""
     if not NATIVE_CONV_KERNELS or t._data.storage.device.name != "cpu" \
             or t._data.storage.data.dtype.kind != "f":
         return None
-    for slot in _FAST_SLOTS[kind]:
+    for slot in _FAST_SLOTS[kernel]:
         if not _exercises.runs_reference(slot):
             return None
-    return _native_kernels()
+    device = _native_kernels()
+    # (an extension built before the kernel existed lacks it: the slots do the work)
+    return device if device is not None and hasattr(device.ext, kernel) else None
 
 
 def _fast_im2col(x: Tensor, kernel_size, stride, padding):
@@ -355,7 +361,6 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 # ops instead, so gradients of gradients work.  FUSED_CONV = False composes conv2d from
 # those ops everywhere (the profiler does too, so it can count them).
 FUSED_CONV = True
-_CONV_SLOTS = ("04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward", "04.conv2d_backward")
 
 
 def _fused_conv_applies(x: Tensor, weight: Tensor, bias) -> bool:
@@ -372,17 +377,6 @@ def _fused_conv_applies(x: Tensor, weight: Tensor, bias) -> bool:
                 or t._data.storage.device is not dev:
             return False
     return True
-
-
-def _native_conv(x: Tensor):
-    """The cpu backend when its C++ conv kernels may stand in for the chapter 04 slots."""
-    if not NATIVE_CONV_KERNELS or x._data.storage.device.name != "cpu" or x.numel() == 0:
-        return None
-    if not all(_exercises.runs_reference(slot) for slot in _CONV_SLOTS):
-        return None
-    device = _native_kernels()
-    # (an extension built before these kernels existed: the slots do the work)
-    return device if device is not None and hasattr(device.ext, "conv2d_forward") else None
 
 
 def _c(t: Tensor) -> np.ndarray:
@@ -422,7 +416,7 @@ class Conv2dFunction(Function):
         ctx.save_for_backward(x, weight)
         xn, wn = _c(x), _c(weight)
         bn = None if bias is None else _c(bias)
-        native = _native_conv(x)
+        native = _fast_backend(x, "conv2d_forward")
         if native is not None:
             buf = native.conv2d_forward(xn, wn, bn, (sh, sw), (ph, pw))
             return Tensor._wrap(NDArray.make(buf, (n, weight.shape[0], ho, wo), x._data.storage.device))
@@ -447,7 +441,7 @@ class Conv2dFunction(Function):
                 gx = Col2Im.apply(gm.matmul(weight.reshape(cout, -1)), tuple(x.shape), k, s, p)
             return gx, gw, gb, None, None, None
         xn, wn, gn = _c(x), _c(weight), _c(g)
-        native = _native_conv(x)
+        native = _fast_backend(x, "conv2d_forward")
         if native is not None:
             bufs = native.conv2d_backward(xn, wn, gn, s, p, *need)
             dev = x._data.storage.device

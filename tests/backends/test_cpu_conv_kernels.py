@@ -340,3 +340,20 @@ def test_conv_kernels_match_pytorch():
     for got, want in [(y.detach().numpy(), py_.detach().numpy()), (tx.grad.numpy(), px.grad.numpy()),
                       (tw.grad.numpy(), pw.grad.numpy()), (tb.grad.numpy(), pb.grad.numpy())]:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,ws", [((0, 2, 5, 5), (3, 2, 3, 3)), ((2, 0, 5, 5), (3, 0, 3, 3))])
+def test_empty_batches_and_channels_through_mini_conv2d(xs, ws):
+    rng = np.random.default_rng(0)
+    runs = []
+    for device in ("numpy", "cpu"):
+        x = mini.tensor(np.zeros(xs, np.float32), device=device, requires_grad=True)
+        w = mini.tensor(np.zeros(ws, np.float32), device=device, requires_grad=True)
+        b = mini.tensor(rng.standard_normal(ws[0]).astype(np.float32), device=device, requires_grad=True)
+        y = conv_ops.conv2d(x, w, b, padding=1)
+        (y * 2.0).sum().backward()
+        runs.append([y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()])
+        rng = np.random.default_rng(0)
+    for got, want in zip(runs[1], runs[0]):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

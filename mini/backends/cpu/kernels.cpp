@@ -890,21 +890,7 @@ template <> TileFn<double> pick_tile_for<double>(const std::string& isa) {
     return tile_f64_base;
 }
 
-template <typename T> TileFn<T> pick_tile();
-template <> TileFn<float> pick_tile<float>() {
-#ifdef MINI_X86_DISPATCH
-    if (g_matmul_isa == "avx512") return tile_f32_avx512;
-    if (g_matmul_isa == "avx2") return tile_f32_avx2;
-#endif
-    return tile_f32_base;
-}
-template <> TileFn<double> pick_tile<double>() {
-#ifdef MINI_X86_DISPATCH
-    if (g_matmul_isa == "avx512") return tile_f64_avx512;
-    if (g_matmul_isa == "avx2") return tile_f64_avx2;
-#endif
-    return tile_f64_base;
-}
+template <typename T> TileFn<T> pick_tile() { return pick_tile_for<T>(g_matmul_isa); }
 
 // m == 1: C(1 x n) = a(k) @ B(k x n), a sum of scaled rows of B (split over columns).
 // n == 1: C(m) = A(m x k) @ b(k), one dot product per row (split over rows).
@@ -1098,6 +1084,24 @@ void skinny_t(const T* A, int64_t ars, int64_t acs, const T* B, int64_t brs, int
         }
 }
 
+// Per-thread scratch buffers, kept between calls: matmul and conv allocate nothing per call
+// (fresh buffers of a few hundred KiB cost page faults on every call, more than a small
+// product's arithmetic).  `slot` names the buffer; every element is written before it is
+// read.  A thread uses one kernel's buffers at a time (kernels do not nest).
+enum ScratchSlot { kCols, kDcols, kGathered, kGwAcc, kPackA, kPackB, kScratchSlots };
+
+template <typename T>
+T* scratch(ScratchSlot slot, size_t n) {
+    thread_local std::vector<T> buffers[kScratchSlots];
+    std::vector<T>& b = buffers[slot];
+    if (b.size() < n) {
+        b.clear();
+        b.shrink_to_fit();
+        b.resize(n);
+    }
+    return b.data();
+}
+
 // C(m x n, row-major, compact) = A @ B with A(i, p) at A[i*ars + p*acs] and B(p, j) at
 // B[p*brs + j*bcs]: any strides, so transposed views are multiplied without a copy.
 template <typename T>
@@ -1153,16 +1157,18 @@ void matmul_t(const T* A, const T* B, T* C, int64_t m, int64_t k, int64_t n, Til
     if (par && tasks > 1) {
 #pragma omp parallel
         {
-            std::vector<T> Ap(a_len), Bp(b_len);
+            T* Ap = scratch<T>(kPackA, a_len);
+            T* Bp = scratch<T>(kPackB, b_len);
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < tasks; ++t) run(t, Ap.data(), Bp.data());
+            for (int64_t t = 0; t < tasks; ++t) run(t, Ap, Bp);
         }
         return;
     }
 #endif
     (void)par;
-    std::vector<T> Ap(a_len), Bp(b_len);
-    for (int64_t t = 0; t < tasks; ++t) run(t, Ap.data(), Bp.data());
+    T* Ap = scratch<T>(kPackA, a_len);
+    T* Bp = scratch<T>(kPackB, b_len);
+    for (int64_t t = 0; t < tasks; ++t) run(t, Ap, Bp);
 }
 
 void matmul(const py::object& a_o, const py::object& b_o, const py::object& out_o, int64_t m, int64_t k, int64_t n) {
@@ -1450,9 +1456,10 @@ void col2im(const py::object& cols_o, const std::vector<int64_t>& x_shape, const
 //
 // The im2col route materialises cols [N*Ho*Wo, C*kh*kw] (22 MB for LeNet's second conv at
 // batch 64) and streams it through memory three times (forward product, weight gradient,
-// col2im), so the conv runs at memory speed.  These kernels build the columns of a few
-// output rows of ONE image at a time into a per-thread buffer sized for L2, multiply them
-// there, and move on: memory traffic is the input, weight and output only.
+// col2im), so the conv runs at memory speed.  These kernels build the columns of one block
+// at a time (a few output rows of one image, or several small images side by side; see
+// conv_blocks) into a per-thread buffer sized for L2, multiply them there, and move on:
+// memory traffic is the input, weight and output only.
 //
 // The per-image columns use the transposed ("Caffe") layout, cols_img[(c, p, q)][(i, j)],
 // so every product reads and writes NCHW directly:
@@ -1535,23 +1542,6 @@ std::pair<size_t, size_t> gemm_buffer_sizes(int64_t m, int64_t k, int64_t n) {
     const int64_t mc = round_up(std::min<int64_t>(m, kMC), kMCStep);
     const int64_t nc = std::min<int64_t>(n, Blocks<T>::NC) + kMaxNR;
     return {static_cast<size_t>(mc * kc), static_cast<size_t>(nc * kc)};
-}
-
-// Per-thread scratch buffers, kept between calls: a conv allocates nothing per call (fresh
-// buffers of a few hundred KiB cost page faults on every call, more than a small conv's
-// arithmetic).  `slot` names the buffer; every element is written before it is read.
-enum ScratchSlot { kCols, kDcols, kGathered, kGwAcc, kPackA, kPackB, kScratchSlots };
-
-template <typename T>
-T* scratch(ScratchSlot slot, size_t n) {
-    thread_local std::vector<T> buffers[kScratchSlots];
-    std::vector<T>& b = buffers[slot];
-    if (b.size() < n) {
-        b.clear();
-        b.shrink_to_fit();
-        b.resize(n);
-    }
-    return b.data();
 }
 
 // The micro-tile for a product with m output rows: the AVX-512 tile (12 x 32) wastes up to
@@ -1844,25 +1834,12 @@ void conv2d_backward(const py::object& x_o, const std::vector<int64_t>& x_shape,
     std::optional<Buf> gb = optional_out(gb_o, "grad_bias", cout);
     if ((gx && gw && overlaps(*gx, *gw)) || (gx && gb && overlaps(*gx, *gb)) || (gw && gb && overlaps(*gw, *gb)))
         value_error(K, "the gradient outputs must not overlap");
-    // empty products: whatever is asked for is zero
-    if (os == 0 || g.c == 0) {
+    if (os == 0) {  // no output: every gradient is zero (C == 0 takes the general path below)
         for (auto* b : {gx ? &*gx : nullptr, gw ? &*gw : nullptr, gb ? &*gb : nullptr})
             if (b) {
                 if (b->dtype == DType::f32) std::fill(ptr<float>(*b), ptr<float>(*b) + b->size, 0.0f);
                 else std::fill(ptr<double>(*b), ptr<double>(*b) + b->size, 0.0);
             }
-        if (gb && os != 0) {  // C == 0 still has a bias gradient
-            for (int64_t o = 0; o < cout; ++o) {
-                double s = 0;
-                for (int64_t i = 0; i < g.n; ++i)
-                    for (int64_t q = 0; q < g.ho * g.wo; ++q) {
-                        const int64_t at = (i * cout + o) * g.ho * g.wo + q;
-                        s += x.dtype == DType::f32 ? cptr<float>(gout)[at] : cptr<double>(gout)[at];
-                    }
-                if (x.dtype == DType::f32) ptr<float>(*gb)[o] = static_cast<float>(s);
-                else ptr<double>(*gb)[o] = s;
-            }
-        }
         return;
     }
     py::gil_scoped_release nogil;
