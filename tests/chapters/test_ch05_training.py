@@ -129,7 +129,9 @@ def test_cnn_on_digits_reaches_97_percent_in_well_under_a_minute():
         epochs = 3
         opt = AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
         sched = lr_scheduler.WarmupCosineLR(opt, 20, epochs * len(loader))
-        start = time.perf_counter()
+        # CPU seconds on one thread (the limits above), not wall time: the work training
+        # costs, which a loaded machine does not inflate
+        start = time.process_time()
         for _ in range(epochs):
             for x, y in loader:
                 loss = losses.cross_entropy(model(x), y)
@@ -137,7 +139,7 @@ def test_cnn_on_digits_reaches_97_percent_in_well_under_a_minute():
                 loss.backward()
                 opt.step()
                 sched.step()
-        seconds = time.perf_counter() - start
+        seconds = time.process_time() - start
         model.eval()
         with mini.no_grad():
             xs, ys = test.tensors
@@ -146,7 +148,7 @@ def test_cnn_on_digits_reaches_97_percent_in_well_under_a_minute():
         if limits is not None:
             limits.restore_original_limits()
     assert acc >= 0.97, f"test accuracy {acc:.2%}"
-    assert seconds < 60, f"training took {seconds:.1f} s"
+    assert seconds < 60, f"training took {seconds:.1f} CPU seconds"
 
 
 # --------------------------------------------------------------------------- notebook and grader
@@ -179,7 +181,6 @@ def test_at_least_ten_catalogued_mistakes_covering_the_issue():
 def test_training_memory_model_matches_what_mini_holds():
     from mini.napkin.training import adam_step_bytes, mlp_saved_per_sample, training_memory
     from mini.nn.losses import cross_entropy
-    from mini.optim.adam import AdamW
     mlp = _seed_mlp()
     n = sum(p.numel() for p in mlp.parameters())
     model = training_memory(n, optimizer="adamw", batch=32,
