@@ -247,25 +247,26 @@ def _make_python(bin_dir: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=60, env={"PATH": str(bin_dir), "HOME": str(bin_dir)})
 
 
-def test_makefile_prefers_python3_when_it_is_supported(tmp_path):
-    (_, lo), (_, hi) = python_range()
-    _fake_python(tmp_path, "python3", f"3.{lo}.2", True)
-    _fake_python(tmp_path, f"python3.{hi}", f"3.{hi}.0", True)
-    r = _make_python(tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(f"python3 (Python 3.{lo}.2) would create .venv")
+def _interpreters(case: str, lo: int, hi: int):
+    """({name: (version, supported)} on PATH, what make should choose) for one case."""
+    if case == "python3 when it is supported":
+        return {"python3": (f"3.{lo}.2", True), f"python3.{hi}": (f"3.{hi}.0", True)}, \
+            f"python3 (Python 3.{lo}.2)"
+    return {"python3": (f"3.{lo - 1}.9", False),              # too old
+            f"python3.{hi + 1}": (f"3.{hi + 1}.0", False),    # too new: never tried
+            f"python3.{lo}": (f"3.{lo}.4", True),
+            f"python3.{hi}": (f"3.{hi}.1", True)}, f"python3.{hi} (Python 3.{hi}.1)"
 
 
-def test_makefile_takes_the_newest_supported_python3_x(tmp_path):
+@pytest.mark.parametrize("case", ["python3 when it is supported", "else the newest python3.X"])
+def test_makefile_picks_a_supported_python(case, tmp_path):
     (_, lo), (_, hi) = python_range()
-    _fake_python(tmp_path, "python3", f"3.{lo - 1}.9", False)       # too old
-    _fake_python(tmp_path, f"python3.{hi + 1}", f"3.{hi + 1}.0", False)  # too new: not tried
-    _fake_python(tmp_path, f"python3.{lo}", f"3.{lo}.4", True)
-    if hi > lo:
-        _fake_python(tmp_path, f"python3.{hi}", f"3.{hi}.1", True)
+    fakes, chosen = _interpreters(case, lo, hi)
+    for name, (version, supported) in fakes.items():
+        _fake_python(tmp_path, name, version, supported)
     r = _make_python(tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(f"python3.{hi} (Python 3.{hi}.1)")
+    assert r.stdout.startswith(f"{chosen} would create .venv"), r.stdout
 
 
 def test_makefile_refuses_an_unsupported_python_and_says_what_to_install(tmp_path):
