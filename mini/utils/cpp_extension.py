@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import json
 import importlib.machinery
 import importlib.util
 import os
@@ -256,11 +257,31 @@ def _openmp_flags_work(cxx: str, cflags: list[str], ldflags: list[str]) -> bool:
 
 def openmp_flags(cxx: str | None = None) -> tuple[list[str], list[str]] | None:
     """The (compile, link) flags that give ``cxx`` OpenMP, or None when none work: the
-    first of :func:`_openmp_candidates` that builds and loads a probe library."""
+    first of :func:`_openmp_candidates` that builds and loads a probe library.
+
+    Flags that work are remembered in the cache directory for this compiler and these
+    candidates, so a new process (the grader's sandbox, a restarted kernel) does not
+    compile the probe again; "none work" is not remembered, so OpenMP installed later
+    is found by the next process."""
     cxx = cxx or compiler()
     if cxx not in _OPENMP:
-        _OPENMP[cxx] = next(((list(c), list(l)) for c, l in _openmp_candidates()
-                             if _openmp_flags_work(cxx, c, l)), None)
+        candidates = _openmp_candidates()
+        key = "\0".join([_VERSION, cxx, _compiler_id(cxx), repr(candidates)])
+        record = cache_dir() / f".openmp-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+        try:
+            flags = json.loads(record.read_text())["flags"]
+            assert len(flags) == 2
+        except (OSError, ValueError, KeyError, TypeError, AssertionError):
+            flags = next(([list(c), list(l)] for c, l in candidates
+                          if _openmp_flags_work(cxx, c, l)), None)
+            if flags is not None:
+                try:                  # atomic; a read-only cache only costs a new probe
+                    tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps({"compiler": cxx, "flags": flags}))
+                    os.replace(tmp, record)
+                except OSError:
+                    pass
+        _OPENMP[cxx] = None if flags is None else (list(flags[0]), list(flags[1]))
     flags = _OPENMP[cxx]
     return None if flags is None else (list(flags[0]), list(flags[1]))
 

