@@ -43,9 +43,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import json
 import importlib.machinery
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -76,8 +76,8 @@ __all__ = ["load_inline", "CompileError", "CompileIssue", "cache_dir", "openmp_a
 DEFAULT_CFLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
 #: The file name compiler messages use for the student's source.
 CELL_FILE = "<cell>"
-NO_OPENMP_WARNING = ("the C++ compiler has no OpenMP support (-fopenmp failed): extensions "
-                     "are built without it, `#pragma omp` is ignored and kernels run on one thread")
+NO_OPENMP_WARNING = ("the C++ compiler has no OpenMP support: extensions are built without "
+                     "it, `#pragma omp` is ignored and kernels run on one thread")
 #: What to do about it on macOS, where Apple's clang has no OpenMP runtime of its own.
 MACOS_OPENMP_HINT = ("on macOS: `brew install libomp` (or, with conda, `conda install "
                      "llvm-openmp`), then restart the kernel")
@@ -270,8 +270,9 @@ def openmp_flags(cxx: str | None = None) -> tuple[list[str], list[str]] | None:
         record = cache_dir() / f".openmp-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
         try:
             flags = json.loads(record.read_text())["flags"]
-            assert len(flags) == 2
-        except (OSError, ValueError, KeyError, TypeError, AssertionError):
+            if not (isinstance(flags, list) and len(flags) == 2):
+                raise ValueError(f"{record}: not a pair of flag lists")
+        except (OSError, ValueError, KeyError, TypeError):
             flags = next(([list(c), list(l)] for c, l in candidates
                           if _openmp_flags_work(cxx, c, l)), None)
             if flags is not None:
