@@ -197,6 +197,8 @@ def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
     ``__main__`` (as in a kernel), and return it.  A name is a demo's (``"setup"``,
     ``"payoff"``) or a slot (``"02.multiply_add"``: its exercise or solution cell, which
     registers the reference into mini; the conftest fixture unregisters it after the test).
+    ``ns``, when given, is the namespace to run in (a previous call's, or the names a free
+    cell the student fills would define).
 
     The notebook's own code, not a copy of it: tests of what a demo shows run the demo.
     Thread limits a cell sets for BLAS (the setup of 05) end with the call."""
@@ -206,7 +208,9 @@ def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
 
     by_id = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell
              for cell in nbformat.read(str(notebook_of(chapter)), as_version=4).cells}
-    ns = {"__name__": "__main__", "__builtins__": __builtins__} if ns is None else ns
+    ns = {} if ns is None else ns
+    ns.setdefault("__name__", "__main__")
+    ns.setdefault("__builtins__", __builtins__)
     with threadpool_limits(limits=None):
         for name in names:
             gid = solution_grade_id(name) if "." in name else f"{chapter[:2]}_{name}"
