@@ -292,7 +292,11 @@ def build_notebook(text: str, chapter: str, *, points: Mapping[str, float] | Non
     and the cell when the source breaks a rule of the module docstring."""
     number = chapter[:2]
     if points is None:
-        points = importlib.import_module(f"grader.checks.ch{chapter}").POINTS
+        try:
+            points = importlib.import_module(f"grader.checks.ch{chapter}").POINTS
+        except (ImportError, AttributeError):
+            raise SourceError(f"{name}: chapter {chapter} needs grader/checks/ch{chapter}.py "
+                              f"with a POINTS dict (the points of its graded slots)") from None
     cells = _parse(text, name)
 
     # First the code cells: they give each slot its function name and its place.

@@ -319,6 +319,11 @@ def test_a_broken_source_gets_an_error_that_names_the_rule(edit, message):
     assert str(info.value).startswith("t.md")
 
 
+def test_a_chapter_without_checks_is_an_error():
+    with pytest.raises(SourceError, match=r"needs grader/checks/ch09_nothing\.py with a POINTS"):
+        build_notebook(GOOD, "09_nothing", name="t.md")
+
+
 def test_test_cell_before_its_exercise_is_an_error():
     text = GOOD.replace('```python test="03.one"\nassert one(1) == 1\n```\n', '')
     text = text.replace("```python demo=\"setup\"", '```python test="03.one"\n```\n\n```python demo="setup"')
