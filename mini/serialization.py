@@ -59,7 +59,7 @@ def _restore(array, is_parameter, requires_grad, location, map_location):
                 f"mini.load: map_location returned {type(t).__name__} for a tensor saved on "
                 f"{_location_name(location)!r}; return a mini Tensor (e.g. tensor.to('numpy')) "
                 f"or None to keep the saved device")
-        target = None
+        target = location
     else:
         t, target = None, _mapped_device(location, map_location)
     if t is None:
