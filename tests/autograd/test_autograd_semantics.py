@@ -137,9 +137,8 @@ def test_tensor_used_by_several_ops_gets_the_sum():
     close(x.grad, 2 * 3.0 + math.exp(3.0) + 1.0, tol=1e-5)
 
 
-def test_diamond_graph_runs_each_node_once():
-    calls = []
-
+def _counting_identity(calls: list):
+    """An identity Function whose backward appends to ``calls``."""
     class Count(Function):
         @staticmethod
         def forward(ctx, x):
@@ -149,9 +148,13 @@ def test_diamond_graph_runs_each_node_once():
         def backward(ctx, g):
             calls.append(1)
             return g
+    return Count
 
+
+def test_diamond_graph_runs_each_node_once():
+    calls = []
     x = mini.tensor(2.0, requires_grad=True)
-    h = Count.apply(x)
+    h = _counting_identity(calls).apply(x)
     y = h * 3 + h * 4
     y.backward()
     assert len(calls) == 1, "a node with two consumers must run once, after both"
@@ -594,22 +597,12 @@ def test_autograd_grad_walks_a_chain_in_linear_time():
 
 def test_autograd_grad_skips_the_backward_of_branches_that_do_not_reach_the_inputs():
     calls = []
-
-    class Traced(Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a * 1.0
-
-        @staticmethod
-        def backward(ctx, g):
-            calls.append(1)
-            return g
-
+    traced = _counting_identity(calls)
     x = mini.tensor(2.0, requires_grad=True)
     z = mini.tensor(3.0, requires_grad=True)
     side = z
     for _ in range(5):
-        side = Traced.apply(side)
+        side = traced.apply(side)
     (gx,) = mini.autograd.grad(x * x + side, x)
     close(gx, 4.0)
     assert calls == [], "the branch through z was differentiated although only x was asked for"

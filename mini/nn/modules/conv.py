@@ -100,47 +100,45 @@ class Conv2d(Module):
         return s
 
 
-class MaxPool2d(Module):
-    """Maximum over ``kernel_size`` windows; ``stride`` defaults to ``kernel_size``."""
-
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
-                 return_indices: bool = False, ceil_mode: bool = False):
+class _Pool2d(Module):
+    def __init__(self, kernel_size, stride, padding, ceil_mode: bool):
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = kernel_size if stride is None else stride
         self.padding = padding
+        self.ceil_mode = ceil_mode
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"ceil_mode={self.ceil_mode}")
+
+
+class MaxPool2d(_Pool2d):
+    """Maximum over ``kernel_size`` windows; ``stride`` defaults to ``kernel_size``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__(kernel_size, stride, padding, ceil_mode)
         self.dilation = dilation
         self.return_indices = return_indices
-        self.ceil_mode = ceil_mode
 
     def forward(self, input: Tensor):
         return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
-
-class AvgPool2d(Module):
+class AvgPool2d(_Pool2d):
     """Mean over ``kernel_size`` windows; ``stride`` defaults to ``kernel_size``."""
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override: int | None = None):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = kernel_size if stride is None else stride
-        self.padding = padding
-        self.ceil_mode = ceil_mode
+        super().__init__(kernel_size, stride, padding, ceil_mode)
         self.count_include_pad = count_include_pad
         self.divisor_override = divisor_override
 
     def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
-
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class AdaptiveAvgPool2d(Module):
