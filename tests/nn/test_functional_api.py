@@ -410,3 +410,20 @@ def test_dropout_functional_and_in_place():
     inner = leaf * 2.0
     F.dropout(inner, 0.5, inplace=True).sum().backward()
     np.testing.assert_array_equal(_np(leaf.grad), (_np(inner) != 0) * 2.0 / 0.5)
+
+
+def test_the_stand_ins_used_before_chapter_05_is_released_agree_with_the_slots():
+    """A student copy of mini for chapters 02-04 has chapter 05's slots stubbed; these
+    fallbacks keep model.parameters(), F.cross_entropy and init.kaiming_normal_ working."""
+    from mini.nn import discovery, he_init, losses
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Sequential(nn.Linear(4, 2)))
+    net.tied = net[0]
+    ref = discovery.named_parameters.reference(net, "m")
+    got = discovery.named_parameters.fallback(net, "m")
+    assert [n for n, _ in got] == [n for n, _ in ref] and all(
+        a is b for (_, a), (_, b) in zip(got, ref))
+    z, y = _t(RNG.standard_normal((5, 4)) * 100), mini.tensor([0, 3, 1, 1, 2])
+    assert losses.cross_entropy.fallback(z, y).item() == pytest.approx(
+        losses.cross_entropy.reference(z, y).item(), rel=1e-12)
+    w = he_init.kaiming_normal_.fallback(mini.empty(400, 50, 3, 3), mode="fan_out")
+    assert abs(_np(w).std() / math.sqrt(2 / (400 * 9)) - 1) < 0.02
