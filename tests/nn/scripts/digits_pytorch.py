@@ -35,7 +35,7 @@ class DigitsCNN(nn.Module):
     def __init__(self, dropout=0.1):
         super().__init__()
         self.block1 = ConvBlock(1, 8)
-        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding="same", bias=False)
+        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(16)
         self.head = nn.Linear(16 * 2 * 2, 10)
         self.p = dropout
