@@ -356,8 +356,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     running ones otherwise.  The ``05.batchnorm_forward`` / ``05.batchnorm_backward`` slots."""
     from mini.nn.modules.normalization import batch_norm as _batch_norm
     if not training and (running_mean is None or running_var is None):
-        raise ValueError("batch_norm: running_mean and running_var must be given when "
-                         "training=False (evaluation normalises with them)")
+        raise RuntimeError("batch_norm: running_mean and running_var must be given when "
+                           "training=False (evaluation normalises with them)")
     return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
