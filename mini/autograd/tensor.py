@@ -256,6 +256,15 @@ class Tensor:
         node = self.grad_fn if self.grad_fn is not None else self._accumulate_node()
         return node.register_prehook(hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(tensor)`` runs after a gradient has been accumulated into this leaf's
+        ``.grad`` during backward (DDP starts communication from here).  Returns a handle
+        with ``remove()``."""
+        if not self.requires_grad or not self.is_leaf:
+            raise RuntimeError("post accumulate grad hooks can only be registered on leaf "
+                               "tensors that require grad")
+        return self._accumulate_node().register_hook(hook)
+
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor after backward."""
         if not self.requires_grad:

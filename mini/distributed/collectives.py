@@ -86,12 +86,6 @@ def _event(op, pg, arr, peer=None, tag=None):
                         dtype=str(arr.dtype), tag=tag)
 
 
-def _finish_event(ev) -> None:
-    import time
-    if ev is not None:
-        ev.end = time.perf_counter()
-
-
 # --------------------------------------------------------------------------- point to point
 
 def isend(tensor, dst: int, group=None, tag: int = 0) -> Work:
@@ -135,7 +129,7 @@ def recv(tensor, src: int | None = None, group=None, tag: int = 0) -> int:
     wait_all([req], f"recv(src={'any' if src is None else src}, {arr.nbytes} bytes, tag={tag})",
              pg, statuses=[status])
     _written(tensor)
-    _finish_event(ev)
+    _events.complete(ev)
     sender = status.Get_source()
     if ev is not None and ev.peer is None:
         ev.peer = sender

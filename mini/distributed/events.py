@@ -15,12 +15,13 @@ An event keeps the operation, this rank, the peer (destination of a send, source
 receive, root of a broadcast; None for the other collectives), the number of elements and
 bytes, when it was issued and when it completed (``time.perf_counter()``; for a
 non-blocking operation ``end`` is the moment its ``wait()`` saw it finish), the issue order
-on this rank (``seq``) and an ``origin``: the label of the code that issued it (for example
+on this rank (``seq``; ``end_seq`` places its completion in the same order) and an ``origin``: the label of the code that issued it (for example
 ``"ddp bucket 2"``), set with :func:`origin`.
 
-Order is proved with ``seq``, never with clock times: "the first all-reduce was issued
-before the last gradient hook fired" is ``first_allreduce.seq < last_hook.seq``, which holds
-however loaded the machine is.
+Order is proved with ``seq`` and ``end_seq``, never with clock times: "the first all-reduce
+was issued before the last gradient hook fired" is ``first_allreduce.seq < last_hook.seq``,
+and "it was still in flight when that hook fired" adds ``first_allreduce.end_seq >
+last_hook.seq``; both hold however loaded the machine is.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class CommEvent:
     end: float | None = None       # when it completed (None: not yet, or a marker)
     origin: str | None = None      # who issued it, e.g. "ddp bucket 0"
     seq: int = 0                   # issue order on this rank, across all events
+    end_seq: int | None = None     # position of its completion in the same order
     tag: int | None = None
     info: dict = field(default_factory=dict)   # markers' details (e.g. parameter index)
 
@@ -159,10 +161,20 @@ def emit(op: str, rank: int, **fields) -> CommEvent | None:
     return ev
 
 
+def complete(ev: CommEvent | None) -> None:
+    """Record that the operation of ``ev`` has completed (now)."""
+    if ev is not None and ev.end_seq is None:
+        _SEQ[0] += 1
+        ev.end_seq = _SEQ[0]
+        ev.end = time.perf_counter()
+
+
 def mark(kind: str, rank: int = 0, **info) -> CommEvent | None:
     """A marker on the timeline (not communication), e.g. ``mark("grad_ready", rank,
     param=3)``: it has ``start == end`` and its details in ``info``."""
     if not _LOGS:
         return None
     now = time.perf_counter()
-    return emit(kind, rank, start=now, end=now, info=info)
+    ev = emit(kind, rank, start=now, end=now, info=info)
+    ev.end_seq = ev.seq
+    return ev

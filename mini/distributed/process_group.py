@@ -19,6 +19,7 @@ import datetime
 import os
 import time
 
+from mini.distributed import events as _events
 from mini.distributed import watchdog as _watchdog
 
 __all__ = ["ProcessGroup", "Work", "init_process_group", "destroy_process_group",
@@ -304,8 +305,7 @@ class Work:
         self._done = True
         if self._finish is not None:
             self._finish()
-        if self._event is not None:
-            self._event.end = time.perf_counter()
+        _events.complete(self._event)
 
     def result(self):
         return self._result
