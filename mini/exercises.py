@@ -207,7 +207,9 @@ def _check_id(slot_id: str) -> None:
 _LAZY_OWNERS = ("mini.ops.conv", "mini.backends.cpu.exercises", "mini.nn.discovery",
                 "mini.nn.he_init", "mini.nn.modules.normalization", "mini.nn.modules.dropout",
                 "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
-                "mini.utils.train_state")
+                "mini.utils.train_state", "mini.distributed.ring",
+                "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
+                "mini.utils.data.distributed", "mini.utils.checkpoint")
 
 
 def _import_owner_modules() -> None:

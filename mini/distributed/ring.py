@@ -24,7 +24,7 @@ from mini.distributed import collectives as dist
 from mini.distributed.process_group import get_rank, get_world_size
 from mini.exercises import exercise
 
-__all__ = ["shard_bounds", "ring_allreduce"]
+__all__ = ["shard_bounds", "ring_allreduce", "ring_schedule", "ring_traffic_problems"]
 
 
 @exercise("06.shard_bounds")
@@ -95,3 +95,64 @@ def ring_allreduce(tensor, group=None) -> None:
             dist.recv(flat[c:d], prv, group)
             work.wait()
     ### END SOLUTION
+
+
+def ring_schedule(n: int, p: int, rank: int) -> list[tuple[int, int]]:
+    """The chunks rank ``rank`` sends and receives, in order, as ``(sent_chunk,
+    received_chunk)`` per step: p - 1 reduce-scatter steps, then p - 1 all-gather steps."""
+    rs = [((rank - s) % p, (rank - s - 1) % p) for s in range(p - 1)]
+    ag = [((rank + 1 - s) % p, (rank - s) % p) for s in range(p - 1)]
+    return rs + ag
+
+
+def ring_traffic_problems(records, n: int, p: int, rank: int, itemsize: int) -> list[str]:
+    """What is wrong with the communication a rank recorded while all-reducing ``n``
+    elements as a ring (empty list: nothing).  ``records`` are
+    :meth:`CommLog.to_records() <mini.distributed.events.CommLog.to_records>` dicts.
+
+    Checked: no collective operation did the work; sends go only to ``(rank + 1) % p`` and
+    receives come only from ``(rank - 1) % p``; 2 (p - 1) of each, of the sizes of the
+    chunks of :func:`ring_schedule` in that order (``ceil(n/p)`` or ``floor(n/p)``
+    elements); bytes sent ``2 n - |chunk (rank+1)%p| - |chunk (rank+2)%p|`` elements, which
+    is ``2 (p - 1)/p · n`` when p divides n.  A reduce to one rank followed by a broadcast
+    gets the right sum and fails these."""
+    from mini.distributed.events import COLLECTIVE_OPS
+    base, extra = divmod(n, p)
+    size = [base + (1 if c < extra else 0) for c in range(p)]
+    problems = []
+    used = sorted({r["op"] for r in records if r["op"] in COLLECTIVE_OPS})
+    if used:
+        problems.append(f"it calls {', '.join(used)}: a built-in collective does the work; "
+                        f"build the all-reduce from send and recv only")
+    sends = [r for r in records if r["op"] in ("send", "isend")]
+    recvs = [r for r in records if r["op"] in ("recv", "irecv")]
+    nxt, prv = (rank + 1) % p, (rank - 1) % p
+    wrong_dst = sorted({r["peer"] for r in sends if r["peer"] != nxt}, key=str)
+    if wrong_dst:
+        problems.append(f"rank {rank} sends to rank(s) {wrong_dst}; in a ring it sends only "
+                        f"to the next rank, {nxt}")
+    wrong_src = sorted({r["peer"] for r in recvs if r["peer"] != prv}, key=str)
+    if wrong_src:
+        problems.append(f"rank {rank} receives from {wrong_src}; in a ring it receives only "
+                        f"from the previous rank, {prv} (name the source)")
+    want = 2 * (p - 1)
+    if len(sends) != want or len(recvs) != want:
+        problems.append(f"rank {rank} sent {len(sends)} and received {len(recvs)} messages; "
+                        f"a ring over {p} ranks sends and receives 2(p-1) = {want} each")
+    else:
+        schedule = ring_schedule(n, p, rank)
+        sent = [r["count"] for r in sends]
+        got = [r["count"] for r in recvs]
+        if sent != [size[s] for s, _ in schedule] or got != [size[c] for _, c in schedule]:
+            problems.append(f"rank {rank}'s messages have {sent} (sent) and {got} (received) "
+                            f"elements; the chunks of the ring schedule have "
+                            f"{[size[s] for s, _ in schedule]} and "
+                            f"{[size[c] for _, c in schedule]}: chunk c is "
+                            f"shard_bounds(n, p, c), step s sends chunk (rank - s) % p, then "
+                            f"(rank + 1 - s) % p")
+    if not problems:
+        expect = (2 * n - size[(rank + 1) % p] - size[(rank + 2) % p]) * itemsize if p > 1 else 0
+        total = sum(r["nbytes"] for r in sends)
+        if total != expect:
+            problems.append(f"rank {rank} sent {total} bytes; the ring sends {expect}")
+    return problems
