@@ -182,7 +182,7 @@ def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group=None, async_op: bool =
 
     def finish():
         if op is ReduceOp.AVG:
-            arr /= arr.dtype.type(pg.size())
+            np.divide(arr, arr.dtype.type(pg.size()), out=arr)
 
     return _collective("all_reduce", pg, arr,
                        lambda: pg.comm.Iallreduce(MPI.IN_PLACE, arr, op=mpi_op), [tensor],
@@ -243,7 +243,7 @@ def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group=None
 
     def finish():
         if op is ReduceOp.AVG:
-            out /= out.dtype.type(pg.size())
+            np.divide(out, out.dtype.type(pg.size()), out=out)
 
     return _collective("reduce_scatter", pg, src,
                        lambda: pg.comm.Ireduce_scatter_block(src, out, op=mpi_op), [output],
