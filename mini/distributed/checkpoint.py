@@ -202,8 +202,9 @@ def _collect_garbage(directory: str, token: str) -> None:
     """Remove files of earlier saves (and temporary files of interrupted ones)."""
     for name in os.listdir(directory):
         m = _OURS.match(name)
-        stale = (m is not None and m.group(2) != token) or \
-            (name.startswith(".") and name.endswith(".tmp") and ".mini." in name)
+        interrupted = name.startswith(".") and name.endswith(".tmp") and \
+            name[1:].startswith((MANIFEST + ".", "shard-", "values."))
+        stale = (m is not None and m.group(2) != token) or interrupted
         if stale:
             try:
                 os.unlink(os.path.join(directory, name))

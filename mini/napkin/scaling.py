@@ -219,7 +219,7 @@ def overlap_timeline(ready_seconds: Sequence[float], bucket_bytes: Sequence[floa
 
 def measure_activation_memory(step) -> dict:
     """Run ``step()`` (a forward and backward) and measure what it allocates:
-    ``{"peak_bytes": ..., "ops": {"forward": n, "backward": m}}``.
+    ``{"peak_bytes": ..., "ops": {"forward": n, "backward": m}, "forward_ops": {name: n}}``.
 
     The peak is tracemalloc's, over the run, above what was allocated before; mini's pool of
     large buffers is switched off meanwhile (a recycled buffer would not show up as an
@@ -243,4 +243,4 @@ def measure_activation_memory(step) -> dict:
             tracemalloc.stop()
         numpy_backend.POOL_ENABLED = pool
     counts = {ph: sum(prof.op_counts(ph).values()) for ph in ("forward", "backward")}
-    return {"peak_bytes": int(peak), "ops": counts}
+    return {"peak_bytes": int(peak), "ops": counts, "forward_ops": prof.op_counts("forward")}

@@ -377,7 +377,13 @@ def world_checks() -> dict:
             "collectives": collective_cases(), "ddp": ddp_training(record=True),
             "ddp_ring_hook": ddp_ring_hook(), "ddp_checkpointed": ddp_training(checkpointed=True),
             "ddp_no_sync": ddp_no_sync(), "ddp_unused": ddp_unused_parameters(),
-            "zero": zero_cases(), "sampler": sampler_cases()}
+            "zero": zero_cases(), "sampler": sampler_cases(), "pingpong": pingpong()}
+
+
+def pingpong():
+    from mini.napkin.scaling import measure_pingpong
+    _, p = _world()
+    return measure_pingpong((8, 4096, 1 << 16, 1 << 20), repeats=3) if p > 1 else None
 
 
 def ddp_ring_hook():
@@ -435,3 +441,126 @@ def busy_rank(bad_rank: int, seconds: float = 600.0):
 def sleep_forever_everywhere():
     import time
     time.sleep(600)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+def _ckpt_model():
+    import mini
+    import mini.nn as nn
+    mini.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 4))   # Ψ = 103
+
+
+def _ckpt_step(model, opt, s: int) -> None:
+    import mini
+    rng = np.random.default_rng(s)
+    opt.zero_grad()
+    model(mini.tensor(rng.standard_normal((5, 6)).astype(np.float32))).pow(2).mean().backward()
+    opt.step()
+
+
+def _zero(model):
+    import mini
+    from mini.distributed.optim import ZeroRedundancyOptimizer
+    return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=mini.optim.AdamW, lr=0.05)
+
+
+def _full_state(zero) -> dict:
+    """The whole optimizer state, gathered from every rank's shard (for comparisons)."""
+    import mini.distributed as dist
+    sd = zero.state_dict()
+    mine = {k: (v.offset, v.tensor.numpy().copy()) for k, v in sd["state"].items()
+            if hasattr(v, "offset")}
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    full = {}
+    for part in every:
+        for k, (offset, arr) in part.items():
+            full.setdefault(k, np.zeros(zero.numel, arr.dtype))[offset:offset + arr.size] = arr
+    full["step"] = sd["state"].get("step")
+    return full
+
+
+def dcp_save(directory: str, steps: int):
+    """Train ``steps`` steps, save, train one more: returns the state at the save and the
+    parameters one step later."""
+    import mini.distributed.checkpoint as dcp
+    model = _ckpt_model()
+    zero = _zero(model)
+    for s in range(steps):
+        _ckpt_step(model, zero, s)
+    dcp.save({"model": model.state_dict(), "optim": zero.state_dict(), "step": steps,
+              "note": "saved"}, directory)
+    saved = {"params": _params(model), "optim": _full_state(zero)}
+    _ckpt_step(model, zero, steps)
+    return {"saved": saved, "next": _params(model)}
+
+
+def dcp_load(directory: str):
+    """Load into a fresh model and optimizer, train one step."""
+    import mini.distributed.checkpoint as dcp
+    model = _ckpt_model()
+    zero = _zero(model)
+    sd = {"model": model.state_dict(), "optim": zero.state_dict(), "step": None}
+    dcp.load(sd, directory)
+    model.load_state_dict(sd["model"])
+    zero.load_state_dict(sd["optim"])
+    loaded = {"params": _params(model), "optim": _full_state(zero), "step": sd["step"],
+              "note": sd.get("note")}
+    _ckpt_step(model, zero, sd["step"])
+    return {"loaded": loaded, "next": _params(model)}
+
+
+def plain_adamw_params(steps: int) -> list:
+    """The parameters after ``steps`` steps of ordinary AdamW in one process (ZeRO-1 gives
+    these bit for bit)."""
+    import mini
+    model = _ckpt_model()
+    opt = mini.optim.AdamW(model.parameters(), lr=0.05)
+    for s in range(steps):
+        _ckpt_step(model, opt, s)
+    return _params(model)
+
+
+def dcp_save_killed(directory: str, victim: int, where: str):
+    """Save after 2 steps, train a step, then save again while rank ``victim`` is killed
+    (SIGKILL) half-way through writing its shard (``where="shard"``) or, on rank 0, after
+    the new manifest is written but before it replaces the old one (``"manifest"``)."""
+    import io
+    import os
+    import signal
+    import tempfile
+
+    import mini.distributed as dist
+    import mini.distributed.checkpoint as dcp
+    r = dist.get_rank()
+    model = _ckpt_model()
+    zero = _zero(model)
+    for s in range(2):
+        _ckpt_step(model, zero, s)
+    dcp.save({"model": model.state_dict(), "optim": zero.state_dict(), "step": 2}, directory)
+    _ckpt_step(model, zero, 2)
+    publish = dcp.publish_atomically
+
+    def dying(path, write):
+        name = os.path.basename(path)
+        if r == victim and where == "shard" and name.startswith("shard-"):
+            def half(f):
+                buf = io.BytesIO()
+                write(buf)
+                f.write(buf.getvalue()[:len(buf.getvalue()) // 2])
+                f.flush()
+                os.fsync(f.fileno())
+                os.kill(os.getpid(), signal.SIGKILL)
+            return publish(path, half)
+        if r == victim and where == "manifest" and name == dcp.MANIFEST:
+            fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp",
+                                       dir=os.path.dirname(path))
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return publish(path, write)
+
+    dcp.publish_atomically = dying
+    dcp.save({"model": model.state_dict(), "optim": zero.state_dict(), "step": 3}, directory)

@@ -138,3 +138,11 @@ def test_distributed_sampler_partitions_each_epoch(p):
     e0 = [values["sampler"][(13, False, 0)] for values in ranks]
     e1 = [values["sampler"][(13, False, 1)] for values in ranks]
     assert e0 != e1                                            # set_epoch reshuffles
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_pingpong_times_are_shared_by_every_rank(p):
+    ranks = world(p)
+    times = ranks[0]["pingpong"]
+    assert len(times) == 4 and all(np.isfinite(t) and t > 0 for t in times)
+    assert all(values["pingpong"] == times for values in ranks)
