@@ -67,8 +67,8 @@ def rank_main(mb: float, repeats: int) -> None:
         print(f"  MPI_Allreduce via mpi4py directly   {raw * 1e3:9.2f} ms")
         print(f"  ping-pong fit: alpha {alpha * 1e6:.1f} us, beta {beta / 1e9:.2f} GB/s; "
               f"ring model 2(p-1)a + 2(p-1)/p N/b = {predicted * 1e3:.2f} ms "
-              f"(measured/model {ring / predicted:.1f}x: the model leaves out the "
-              f"(p-1)/p N additions)")
+              f"(measured/model {ring / predicted:.1f}x; the model has no term for the "
+              f"additions)")
         ratio = mpi / ring
         mark = "ok " if ratio >= 0.7 else "MISS"
         print(f"  ring speed / MPI_Allreduce speed {ratio:8.2f}   goal >= 0.7   {mark}")
