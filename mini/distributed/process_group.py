@@ -166,7 +166,7 @@ def destroy_process_group(group=None) -> None:
     """Leave the job.  With more than one rank this waits until every rank has arrived here
     (no timeout: a rank may legitimately work longer; a rank that fails is still noticed),
     so that MPI's own shutdown cannot hang on a rank that is gone."""
-    pg = _group(group)
+    pg = _group(group, allow_broken=True)
     try:
         if pg.size() > 1 and pg.broken is None:
             req = pg.ctl.Ibarrier()
@@ -185,22 +185,28 @@ def default_group() -> ProcessGroup:
     return _group(None)
 
 
-def _group(group) -> ProcessGroup:
+def _group(group, allow_broken: bool = False) -> ProcessGroup:
     pg = _WORLD[0]
     if pg is None:
         raise RuntimeError("Default process group has not been initialized, please make sure "
                            "to call mini.distributed.init_process_group()")
     if group is not None and group is not pg:
         raise ValueError("mini.distributed has one process group, the world: pass group=None")
+    if pg.broken is not None and not allow_broken:
+        # an operation that failed may still be pending in MPI: a later collective could be
+        # matched with it on another rank and silently compute garbage
+        raise _watchdog.DistributedError(
+            f"the process group is unusable after an earlier failure ({pg.broken}); start "
+            f"the job again (with ipyparallel: restart the engines)")
     return pg
 
 
 def get_rank(group=None) -> int:
-    return _group(group).rank()
+    return _group(group, allow_broken=True).rank()
 
 
 def get_world_size(group=None) -> int:
-    return _group(group).size()
+    return _group(group, allow_broken=True).size()
 
 
 def get_backend(group=None) -> str:
@@ -228,8 +234,6 @@ def wait_all(requests, what: str, pg: ProcessGroup, timeout: float | None = None
     from mpi4py import MPI
     if MPI.Request.Testall(requests, statuses):
         return
-    if pg.broken is not None:
-        raise _watchdog.DistributedError(f"the process group is unusable: {pg.broken}")
     wd = pg.watchdog
     start = time.perf_counter()
     limit = pg.timeout if timeout is None else timeout
@@ -249,7 +253,7 @@ def wait_all(requests, what: str, pg: ProcessGroup, timeout: float | None = None
                 _timed_out(what, limit, pg)
             time.sleep(sleep)
             sleep = min(sleep * 2, MAX_SLEEP)
-    except _watchdog.DistributedError as e:
+    except BaseException as e:   # a failure, a timeout, Ctrl-C: the request is abandoned
         pg.broken = f"{type(e).__name__}: {e}"
         raise
     finally:
