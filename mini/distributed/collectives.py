@@ -81,6 +81,24 @@ def _check_peer(peer: int, pg, what: str, name: str) -> int:
     return int(peer)
 
 
+def _check_blocks(what: str, whole: np.ndarray, block: np.ndarray, pg) -> None:
+    """``whole`` must hold world_size blocks of ``block``'s size and dtype."""
+    if whole.size != block.size * pg.size() or whole.dtype != block.dtype:
+        raise ValueError(f"{what}: the larger tensor must hold world_size ({pg.size()}) × "
+                         f"{block.size} elements of {block.dtype}; got {whole.size} elements "
+                         f"of {whole.dtype}")
+
+
+def _averaging(op: "ReduceOp", arr: np.ndarray, pg, what: str):
+    """What completes a reduction into ``arr``: the division of ``ReduceOp.AVG``."""
+    if op is not ReduceOp.AVG:
+        return None
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{what} with ReduceOp.AVG needs a floating-point tensor, got "
+                        f"{arr.dtype}")
+    return lambda: np.divide(arr, arr.dtype.type(pg.size()), out=arr)
+
+
 def _event(op, pg, arr, peer=None, tag=None):
     return _events.emit(op, pg.rank(), peer=peer, count=int(arr.size), nbytes=int(arr.nbytes),
                         dtype=str(arr.dtype), tag=tag)
@@ -176,17 +194,9 @@ def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group=None, async_op: bool =
     pg = _group(group)
     mpi_op = _mpi_op(op)
     arr = _buffer(tensor, "all_reduce")
-    if op is ReduceOp.AVG and arr.dtype.kind != "f":
-        raise TypeError(f"all_reduce with ReduceOp.AVG needs a floating-point tensor, got "
-                        f"{arr.dtype}")
-
-    def finish():
-        if op is ReduceOp.AVG:
-            np.divide(arr, arr.dtype.type(pg.size()), out=arr)
-
     return _collective("all_reduce", pg, arr,
                        lambda: pg.comm.Iallreduce(MPI.IN_PLACE, arr, op=mpi_op), [tensor],
-                       async_op, finish=finish,
+                       async_op, finish=_averaging(op, arr, pg, "all_reduce"),
                        what=f"all_reduce({op.name}, {arr.nbytes} bytes)")
 
 
@@ -196,10 +206,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     pg = _group(group)
     src = _buffer(input_tensor, "all_gather_into_tensor (input)")
     out = _buffer(output_tensor, "all_gather_into_tensor (output)")
-    if out.size != src.size * pg.size() or out.dtype != src.dtype:
-        raise ValueError(f"all_gather_into_tensor: the output must hold world_size "
-                         f"({pg.size()}) × the input's {src.size} elements of {src.dtype}; got "
-                         f"{out.size} elements of {out.dtype}")
+    _check_blocks("all_gather_into_tensor (output)", out, src, pg)
     return _collective("all_gather", pg, src, lambda: pg.comm.Iallgather(src, out),
                        [output_tensor], async_op,
                        what=f"all_gather({src.nbytes} bytes per rank)")
@@ -236,18 +243,10 @@ def reduce_scatter_tensor(output, input, op: ReduceOp = ReduceOp.SUM, group=None
     mpi_op = _mpi_op(op)
     src = _buffer(input, "reduce_scatter_tensor (input)")
     out = _buffer(output, "reduce_scatter_tensor (output)")
-    if src.size != out.size * pg.size() or out.dtype != src.dtype:
-        raise ValueError(f"reduce_scatter_tensor: the input must hold world_size ({pg.size()}) "
-                         f"× the output's {out.size} elements of {out.dtype}; got {src.size} "
-                         f"of {src.dtype}")
-
-    def finish():
-        if op is ReduceOp.AVG:
-            np.divide(out, out.dtype.type(pg.size()), out=out)
-
+    _check_blocks("reduce_scatter_tensor (input)", src, out, pg)
     return _collective("reduce_scatter", pg, src,
                        lambda: pg.comm.Ireduce_scatter_block(src, out, op=mpi_op), [output],
-                       async_op, finish=finish,
+                       async_op, finish=_averaging(op, out, pg, "reduce_scatter"),
                        what=f"reduce_scatter({op.name}, {src.nbytes} bytes)")
 
 
