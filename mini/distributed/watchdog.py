@@ -22,11 +22,11 @@ for every job of more than one rank:
 
 What ``mpiexec`` does on top (measured with the MPICH 5.0.2 wheel): when a rank is killed
 by a signal (SIGKILL, a segfault, the out-of-memory killer), ``mpiexec`` kills every other
-rank within about a second, with or without ``-disable-auto-cleanup``, and prints the dead
-process's PID ("BAD TERMINATION ... PID ... EXIT CODE: 9"); :mod:`mini.distributed.launch`
-turns that PID back into a rank number.  When a rank exits with an error status
-(``os._exit(3)``), plain ``mpiexec`` kills the others silently, while under
-``mpiexec -disable-auto-cleanup`` (as :mod:`mini.distributed.launch` runs jobs) every
+rank within about a second, with or without ``-disable-auto-cleanup``, before they can say
+anything, and prints only the dead process's PID ("BAD TERMINATION ... PID ... EXIT CODE:
+9"); when a rank exits with an error status, plain ``mpiexec`` kills the others silently.
+:mod:`mini.distributed.launch` runs each rank under a small supervisor process (which turns
+a death by signal into an ordinary exit status) with ``-disable-auto-cleanup``: then every
 surviving rank reports the dead rank by number before it exits.
 """
 from __future__ import annotations
