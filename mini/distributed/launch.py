@@ -184,10 +184,22 @@ def _pump(stream_in, chunks: list, echo) -> None:
     stream_in.close()
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGKILL when the process that started the
+    job dies (a restarted notebook kernel, a killed test run), so no job is left behind."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def _run_job(cmd, nprocs, rundir, env, timeout, stream, cwd) -> LaunchResult:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=cwd, start_new_session=True, errors="replace")
+                            env=env, cwd=cwd, start_new_session=True, errors="replace",
+                            preexec_fn=_die_with_parent)
     out, err = [], []
     threads = [threading.Thread(target=_pump, args=(proc.stdout, out, sys.stdout if stream else None),
                                 daemon=True),

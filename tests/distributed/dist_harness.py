@@ -43,6 +43,9 @@ def run_failing(fn, nprocs: int, *args, timeout: float = JOB_TIMEOUT,
 
 
 _MEMO: dict = {}
+#: Where the results of world() are shared between pytest-xdist workers (set by conftest.py
+#: to a folder of pytest's own temporary directory, which pytest cleans up).
+CACHE_DIR: list = [None]
 
 
 def world(p: int) -> list:
@@ -52,8 +55,8 @@ def world(p: int) -> list:
         return _MEMO[p]
     import dist_scenarios
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"solo-{os.getpid()}"
-    folder = Path(tempfile.gettempdir()) / f"mini-dist-tests-{run_id}"
-    folder.mkdir(exist_ok=True)
+    folder = Path(CACHE_DIR[0] or tempfile.gettempdir()) / f"mini-dist-worlds-{run_id}"
+    folder.mkdir(parents=True, exist_ok=True)
     cached = folder / f"world{p}.pkl"
     with open(folder / f"world{p}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
