@@ -145,6 +145,20 @@ def _c_string(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+_CAST = re.compile(r"^\(\s*(?:const\s+)?[A-Za-z_][\w:<>,\s]*\*+\s*\)\s*")
+_CXX_CAST = re.compile(r"^(?:static|reinterpret|const)_cast\s*<[^>]*>\s*\((.*)\)$", re.S)
+
+
+def _arg_name(arg: str) -> str:
+    """The name reports use for a kernel argument: its expression without a pointer cast
+    (``(float*)d_out`` -> ``d_out``)."""
+    a = " ".join(arg.split())
+    m = _CXX_CAST.match(a)
+    if m:
+        a = m.group(1).strip()
+    return _CAST.sub("", a)
+
+
 def _kernel_start(src: str, mask, end: int) -> int:
     """Start of the kernel expression that ends just before ``end`` (the ``<<<``)."""
     i = end
@@ -231,7 +245,7 @@ def _rewrite_launches(src: str) -> str:
             raise RewriteError(line, f"<<<{config.strip()}>>>: a launch takes grid and block, optionally "
                                      "shared-memory bytes and a stream")
         arg_parts = [a for a in _split_top(args)] if args.strip() else []
-        names = "\x1f".join(" ".join(a.split()) for a in arg_parts)
+        names = "\x1f".join(_arg_name(a) for a in arg_parts)
         call_args = (", " + args) if args.strip() else ""
         replacement = (f"::mini_cuda::launch(::mini_cuda::LaunchConfig({config}), {_c_string(kernel)}, "
                        f"{_c_string(names)}, __LINE__, [](auto&... mini_cuda_arg) {{ {kernel}(mini_cuda_arg...); }}"

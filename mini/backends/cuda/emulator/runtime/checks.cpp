@@ -135,9 +135,19 @@ void race_check(Launch& L, Region* r, uintptr_t addr, size_t n, int kind, uintpt
             if (conflicts(s.write, cur)) { report_race(L, r, addr, n, s.write, cur, "write-after-write"); break; }
             if (conflicts(s.read1, cur)) { report_race(L, r, addr, n, s.read1, cur, "write-after-read"); break; }
             if (conflicts(s.read2, cur)) { report_race(L, r, addr, n, s.read2, cur, "write-after-read"); break; }
-            s.write = cur;
-            s.read1 = Access{};
-            s.read2 = Access{};
+            // A thread that wrote plainly and then atomically in one interval still
+            // holds a plain write: keep that (it races with other threads' atomics).
+            bool same_thread = (s.write.flags & ACC_VALID) && s.write.block == cur.block &&
+                               s.write.thread == cur.thread && s.write.interval == cur.interval;
+            if (same_thread && !(s.write.flags & ACC_ATOMIC) && (cur.flags & ACC_ATOMIC)) {
+                s.write.bytes |= cur.bytes;
+            } else {
+                s.write = cur;
+            }
+            if (!(cur.flags & ACC_ATOMIC)) {   // plain reads before an atomic still count
+                s.read1 = Access{};
+                s.read2 = Access{};
+            }
         }
     }
 }

@@ -685,7 +685,11 @@ extern "C" void mini_cuda_warp_op(int op, unsigned mask, const void* value, void
                        "lane that executes the call (0xffffffff for a full warp)";
             report(r, "shflomit:" + std::to_string(r.a.site), fast_key(6, pc));
         }
-        mask |= 1u << t->lane;
+        // Undefined on a GPU.  Here the lane takes part in nothing: it keeps its own value.
+        if (result && value && bytes) std::memcpy(result, value, bytes);
+        else if (result && op == VOTE_BALLOT) *(unsigned*)result = 0;
+        else if (result) std::memset(result, 0, bytes);
+        return;
     }
     t->wop = op;
     t->wmask = mask;
