@@ -29,6 +29,6 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Higher layers load on first use, so `import mini` stays fast.
     import importlib
-    if name in ("nn", "optim", "utils", "napkin", "distributed"):
+    if name in ("nn", "optim", "utils", "napkin", "distributed", "cuda"):
         return importlib.import_module(f"mini.{name}")
     raise AttributeError(f"module 'mini' has no attribute {name!r}")

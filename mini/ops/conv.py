@@ -240,12 +240,16 @@ def _native_kernels():
 def _fast_backend(t: Tensor, kernel: str):
     """The cpu backend, whose native ``kernel`` replaces the slots of ``_FAST_SLOTS[kernel]``
     for the tensor ``t``, or None."""
-    if not NATIVE_CONV_KERNELS or t._data.storage.device.name != "cpu" \
+    where = t._data.storage.device.name
+    if not NATIVE_CONV_KERNELS or where not in ("cpu", "cuda") \
             or t._data.storage.data.dtype.kind != "f":
         return None
     for slot in _FAST_SLOTS[kernel]:
         if not _exercises.runs_reference(slot):
             return None
+    if where == "cuda":   # the cuda device has a CUDA im2col kernel (and only that one)
+        device = t._data.storage.device
+        return device if hasattr(device, kernel) and kernel == "im2col" else None
     device = _native_kernels()
     # (an extension built before the kernel existed lacks it: the slots do the work)
     return device if device is not None and hasattr(device.ext, kernel) else None

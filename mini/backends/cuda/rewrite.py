@@ -105,7 +105,7 @@ def _match_forward(src: str, mask, i: int) -> int:
                 stack.append(_OPEN[c])
             elif c in _CLOSE:
                 if c != stack[-1]:
-                    raise RewriteError(_line_of(src, j), f"unbalanced {c!r}")
+                    raise RewriteError(_line_of(src, j), f"unbalanced {c!r}: expected {stack[-1]!r} first")
                 stack.pop()
         j += 1
     if stack:

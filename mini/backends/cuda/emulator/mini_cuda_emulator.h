@@ -291,14 +291,17 @@ template <class F> inline cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute
 
 // ------------------------------------------------------------------------ barriers and warps
 extern "C" {
-// __syncthreads(): wait until every thread of the block arrives here.
-void __syncthreads(void);
-int __syncthreads_count(int predicate);
-int __syncthreads_and(int predicate);
-int __syncthreads_or(int predicate);
+// __syncthreads(): wait until every thread of the block arrives here.  A barrier is
+// known by its source line (the compiler may copy one call into several places), so
+// two __syncthreads() written on one line count as one barrier.
+int mini_cuda_barrier(int kind, int predicate, int line);
 void __threadfence(void);
 void __threadfence_block(void);
 }
+#define __syncthreads() ((void)mini_cuda_barrier(0, 0, __LINE__))
+#define __syncthreads_count(predicate) mini_cuda_barrier(1, (predicate), __LINE__)   // how many true
+#define __syncthreads_and(predicate) mini_cuda_barrier(2, (predicate), __LINE__)     // all true?
+#define __syncthreads_or(predicate) mini_cuda_barrier(3, (predicate), __LINE__)      // any true?
 
 namespace mini_cuda {
 // What the warp-level operations ask of the runtime (see runtime/scheduler.cpp).

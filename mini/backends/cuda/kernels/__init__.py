@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = ["KERNEL_DIR", "EXERCISES", "MARKER", "source", "split", "module_source", "load",
            "launcher_of", "HELPER_FUNCTIONS", "BACKEND_FUNCTIONS", "DeviceSession", "check_error",
-           "load_variants"]
+           "load_variants", "variants_source"]
 
 KERNEL_DIR = Path(__file__).resolve().parent
 MARKER = "// --- host launcher ---"
@@ -106,14 +106,13 @@ def load(names=EXERCISES, replace: dict[str, str] | None = None, backend: bool =
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)", re.M)
 
 
-def load_variants(variants, sanitize: bool = True, name: str = "mini_cuda_variants"):
-    """One module holding several kernels for the same exercises: ``variants`` is a list
-    of (tag, exercise, kernel source or None for the reference).  Each variant lives in
-    its own namespace; its launcher is bound as ``launch_<exercise>__<tag>``.  One build
-    instead of one per variant."""
-    from mini.utils.cpp_extension import load_inline
-    parts = [source("helpers")]
-    functions = list(HELPER_FUNCTIONS)
+def variants_source(variants, helpers: bool = True) -> tuple[str, list[str]]:
+    """(source, launcher names) of a module holding several kernels for the same
+    exercises: ``variants`` is a list of (tag, exercise, kernel source or None for the
+    reference).  Each variant lives in its own namespace; its launcher is bound as
+    ``launch_<exercise>__<tag>``."""
+    parts = [source("helpers")] if helpers else []
+    functions = []
     for tag, exercise, kernel in variants:
         if not re.fullmatch(r"[A-Za-z_]\w*", tag):
             raise ValueError(f"variant tag {tag!r} is not an identifier")
@@ -125,28 +124,31 @@ def load_variants(variants, sanitize: bool = True, name: str = "mini_cuda_varian
         fn = launcher_of(exercise)
         parts.append(f"namespace {tag} {{\n{body}\n}}  // namespace {tag}\n"
                      + "".join(f"#undef {m}\n" for m in macros)
-                     + f"template <class... A> int {fn}__{tag}(A... a) {{ return {tag}::{fn}(a...); }}\n")
+                     + _alias(tag, exercise))
         functions.append(f"{fn}__{tag}")
-    # pybind11 binds functions, not templates: spell out each alias's parameters
-    src = "\n".join(parts)
-    src = _instantiate_aliases(src, variants)
-    return load_inline(name, "", cuda_sources=src, functions=functions, sanitize=sanitize)
+    return "\n".join(parts), functions
 
 
-def _instantiate_aliases(src: str, variants) -> str:
-    """Replace each ``template <class... A> int launch_x__tag(A... a)`` alias with a plain
-    function whose parameters are those of the variant's launcher."""
-    for tag, exercise, _ in variants:
-        fn = launcher_of(exercise)
-        launcher = split(source(exercise))[1]
-        m = re.search(rf"\bint\s+{fn}\s*\(([^)]*)\)", launcher)
-        if not m:
-            raise ValueError(f"cannot find int {fn}(...) in {exercise}.cu")
-        params = [p.strip() for p in m.group(1).split(",") if p.strip()]
-        names = [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params]
-        alias = (f"int {fn}__{tag}({', '.join(params)}) {{ return {tag}::{fn}({', '.join(names)}); }}\n")
-        src = src.replace(f"template <class... A> int {fn}__{tag}(A... a) {{ return {tag}::{fn}(a...); }}\n", alias)
-    return src
+def load_variants(variants, sanitize: bool = True, name: str = "mini_cuda_variants"):
+    """Compile :func:`variants_source` into one module: one build instead of one per
+    variant."""
+    from mini.utils.cpp_extension import load_inline
+    src, launchers = variants_source(variants)
+    return load_inline(name, "", cuda_sources=src, functions=list(HELPER_FUNCTIONS) + launchers,
+                       sanitize=sanitize)
+
+
+def _alias(tag: str, exercise: str) -> str:
+    """A plain function ``launch_<exercise>__<tag>`` with the parameters of the
+    exercise's launcher, calling the variant's launcher (pybind11 binds functions, not
+    templates)."""
+    fn = launcher_of(exercise)
+    m = re.search(rf"\bint\s+{fn}\s*\(([^)]*)\)", split(source(exercise))[1])
+    if not m:
+        raise ValueError(f"cannot find int {fn}(...) in {exercise}.cu")
+    params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    names = [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params]
+    return f"int {fn}__{tag}({', '.join(params)}) {{ return {tag}::{fn}({', '.join(names)}); }}\n"
 
 
 def check_error(module, code: int) -> None:

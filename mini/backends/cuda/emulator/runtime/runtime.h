@@ -163,6 +163,7 @@ struct Thread {
     uint32_t linear = 0, warp = 0, lane = 0;
     ThreadState state = READY;
     uintptr_t wait_pc = 0;         // where it waits (barrier or warp operation)
+    int wait_line = 0;             // the source line of the barrier it waits at
     uint16_t wepoch = 0;
     // a warp operation in progress
     int wop = 0, warg = 0, wwidth = 32;
@@ -215,6 +216,7 @@ struct Launch {
     uint16_t interval = 0;
     uint64_t block_epoch = 0;      // unique per block run (shared shadow epochs)
     uint64_t launch_epoch = 0;     // unique per launch run (global shadow epochs)
+    uint64_t primary_epoch = 0;    // launch_epoch of the first schedule's run
     std::vector<Thread>* threads = nullptr;
     Thread* current = nullptr;
     uintptr_t stack_lo = 0, stack_hi = 0;   // the current thread's stack

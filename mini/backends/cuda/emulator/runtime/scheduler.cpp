@@ -142,7 +142,10 @@ void complete_warp_op(Launch& L, std::vector<Thread>& th, unsigned n, unsigned w
             if (op == SHFL_IDX) src = seg + (unsigned(t.warg) & unsigned(width - 1));
             else if (op == SHFL_UP) src = (int(l) - t.warg >= int(seg)) ? l - t.warg : l;
             else if (op == SHFL_DOWN) src = (l + t.warg < seg + width) ? l + t.warg : l;
-            else src = ((l ^ unsigned(t.warg)) - seg < unsigned(width)) ? (l ^ unsigned(t.warg)) : l;
+            else {   // xor: a lane may read an earlier group of `width` lanes, not a later one
+                unsigned x = l ^ unsigned(t.warg);
+                src = x < seg + unsigned(width) ? x : l;
+            }
             if (src != l && !(lanes >> src & 1)) {
                 if (report_sources && options().synccheck && L.checking && !repeat(fast_key(5, t.wait_pc))) {
                     Report r;
@@ -233,14 +236,15 @@ void resolve(Launch& L, std::vector<Thread>& th, unsigned n) {
 
     // 2. a barrier
     uintptr_t pc0 = 0;
+    int line0 = 0;
     int first = -1, other_barrier = -1, exited = -1;
     unsigned waiting = 0, done = 0;
     for (unsigned i = 0; i < n; ++i) {
         Thread& t = th[i];
         if (t.state == AT_BARRIER) {
             ++waiting;
-            if (first < 0) { first = (int)i; pc0 = t.wait_pc; }
-            else if (t.wait_pc != pc0 && other_barrier < 0) other_barrier = (int)i;
+            if (first < 0) { first = (int)i; pc0 = t.wait_pc; line0 = t.wait_line; }
+            else if (t.wait_line != line0 && other_barrier < 0) other_barrier = (int)i;
         } else if (t.state == DONE) {
             ++done;
             if (exited < 0) exited = (int)i;
@@ -426,9 +430,14 @@ void compare_results(Launch& L, const std::vector<Snapshot>& first, bool float_a
         if (std::memcmp(now, s.bytes.data(), n) == 0) continue;
         size_t diffs = 0, first_i = (size_t)-1;
         size_t elem = (n % 4 == 0) ? 4 : 1;
+        const Region* reg = s.region;
+        bool shadow = reg->shadow_epoch == L.primary_epoch && reg->shadow.size() == (reg->size + 3) / 4;
         for (size_t i = 0; i < n; i += elem) {
             if (std::memcmp(now + i, s.bytes.data() + i, elem) == 0) continue;
-            if (float_atomics && elem == 4) {
+            // Which atomic comes last is up to the schedule (atomicExch, float atomicAdd):
+            // words whose last write was atomic may differ.
+            if (shadow && (reg->shadow[i / 4].write.flags & ACC_ATOMIC)) continue;
+            if (!shadow && float_atomics && elem == 4) {
                 // Float atomics add in schedule order: the last bits may differ.
                 float a, b;
                 std::memcpy(&a, s.bytes.data() + i, 4);
@@ -606,6 +615,7 @@ extern "C" void mini_cuda_launch(const mini_cuda_launch_desc* d) {
         L.checking = d->checked && L.primary;
         if (s > 0) restore_memory(before);
         run_grid(L);
+        if (L.primary) L.primary_epoch = L.launch_epoch;
         if (L.aborted) break;
         if (schedules.size() > 1) {
             if (s == 0) {
@@ -625,29 +635,17 @@ extern "C" void mini_cuda_launch(const mini_cuda_launch_desc* d) {
 
 // ------------------------------------------------------------------------ barriers and warps
 
-static void barrier(int kind, int predicate, uintptr_t pc) {
+extern "C" int mini_cuda_barrier(int kind, int predicate, int line) {
     Launch* L = g_launch;
-    if (!L || !L->current) return;    // host code: nothing to wait for
+    if (!L || !L->current) return predicate != 0;    // host code: nothing to wait for
     Thread* t = L->current;
     t->state = AT_BARRIER;
-    t->wait_pc = pc;
+    t->wait_pc = (uintptr_t)__builtin_return_address(0);
+    t->wait_line = line;
     t->wop = kind;
     t->predicate = predicate;
     yield_thread();
-}
-
-extern "C" void __syncthreads(void) { barrier(0, 0, (uintptr_t)__builtin_return_address(0)); }
-extern "C" int __syncthreads_count(int p) {
-    barrier(1, p, (uintptr_t)__builtin_return_address(0));
-    return g_launch && g_launch->current ? g_launch->current->block_result : (p != 0);
-}
-extern "C" int __syncthreads_and(int p) {
-    barrier(2, p, (uintptr_t)__builtin_return_address(0));
-    return g_launch && g_launch->current ? g_launch->current->block_result : (p != 0);
-}
-extern "C" int __syncthreads_or(int p) {
-    barrier(3, p, (uintptr_t)__builtin_return_address(0));
-    return g_launch && g_launch->current ? g_launch->current->block_result : (p != 0);
+    return t->block_result;
 }
 extern "C" void __threadfence(void) {}
 extern "C" void __threadfence_block(void) {}
