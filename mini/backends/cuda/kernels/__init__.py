@@ -35,7 +35,7 @@ MARKER = "// --- host launcher ---"
 EXERCISES = ("add", "matmul_naive", "matmul_tiled", "block_sum_shared", "block_sum_shuffle",
              "transpose_naive", "transpose_tiled")
 HELPER_FUNCTIONS = ("device_malloc", "managed_malloc", "device_free", "copy_to_device", "copy_to_host",
-                    "device_memset", "synchronize", "error_name")
+                    "device_copy", "device_memset", "synchronize", "error_name")
 BACKEND_FUNCTIONS = ("launch_ewise", "launch_scalar", "launch_unary", "launch_compact", "launch_im2col",
                      "launch_row_reduce", "launch_matmul")
 

@@ -38,6 +38,11 @@ void copy_to_host(py::array dst, std::uintptr_t src) {
                "cudaMemcpy (device to host)");
 }
 
+void device_copy(std::uintptr_t dst, std::uintptr_t src, std::size_t bytes) {
+    check_cuda(cudaMemcpy((void*)dst, (const void*)src, bytes, cudaMemcpyDeviceToDevice),
+               "cudaMemcpy (device to device)");
+}
+
 void device_memset(std::uintptr_t p, int value, std::size_t bytes) {
     check_cuda(cudaMemset((void*)p, value, bytes), "cudaMemset");
 }
