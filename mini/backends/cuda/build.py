@@ -119,7 +119,9 @@ def _runtime_hash(cxx: str) -> str:
 def _runtime_library(cxx: str) -> Path:
     digest = _runtime_hash(cxx)
     folder = _cpp.cache_dir() / f"mini_cuda_runtime_{digest}"
-    lib = folder / ("libmini_cuda_emulator.dylib" if sys.platform == "darwin" else "libmini_cuda_emulator.so")
+    # the hash is in the file name (the soname): a module never binds to another build of
+    # the runtime that this process loaded earlier
+    lib = folder / (f"libmini_cuda_emulator_{digest}" + (".dylib" if sys.platform == "darwin" else ".so"))
     if lib.exists():
         return lib
     if sys.platform == "win32":

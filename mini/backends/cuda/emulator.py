@@ -81,7 +81,9 @@ def library() -> ctypes.CDLL:
     """The emulator's runtime library (built on first use), loaded once per process."""
     with _lock:
         if not _LIB:
-            lib = ctypes.CDLL(str(build.runtime_library()), mode=ctypes.RTLD_GLOBAL)
+            # RTLD_LOCAL: its cudaMalloc & co. must never stand in for a real libcudart
+            # that another library (PyTorch on a GPU machine) loads into this process
+            lib = ctypes.CDLL(str(build.runtime_library()), mode=ctypes.RTLD_LOCAL)
             lib.mini_cuda_take_json.restype = ctypes.c_char_p
             lib.mini_cuda_stats_json.restype = ctypes.c_char_p
             lib.mini_cuda_set_option.argtypes = [ctypes.c_char_p, ctypes.c_longlong]
@@ -447,7 +449,6 @@ def check(*, races: bool = True, memcheck: bool = True, initcheck: bool = True,
     races; the race checker itself does not depend on the order).  The options apply to
     launches inside the block and are restored after it.
     """
-    lib = library()
     collect()   # earlier launches do not belong to this block
     before = get_options()
     set_options(races=races, memcheck=memcheck, initcheck=initcheck, synccheck=synccheck,
@@ -464,7 +465,6 @@ def check(*, races: bool = True, memcheck: bool = True, initcheck: bool = True,
             with _lock:
                 _ACTIVE.remove(run)
             set_options(**before, schedules=1)
-            del lib
 
 
 # --------------------------------------------------------------------------- transfers

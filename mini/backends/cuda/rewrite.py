@@ -392,7 +392,7 @@ def _rewrite_device_variables(src: str) -> str:
         while e < len(src):
             if mask[e]:
                 c = src[e]
-                if c in "([" :
+                if c in "([":
                     depth += 1
                 elif c in ")]":
                     depth -= 1

@@ -78,10 +78,15 @@
 #define __grid_constant__
 // __constant__ variables live in one section per module, which the runtime registers
 // as read-only device memory (kernels may read it, cudaMemcpyToSymbol writes it).
-#define __constant__ __attribute__((section("mini_cuda_const"), used))
+#ifdef __APPLE__
+#define MINI_CUDA_SECTION(name) __attribute__((section("__DATA," name), used))
+#else
+#define MINI_CUDA_SECTION(name) __attribute__((section(name), used))
+#endif
+#define __constant__ MINI_CUDA_SECTION("mini_cuda_const")
 // __device__ variables (outside functions) are rewritten to this: one section per
 // module, registered as device memory.
-#define MINI_CUDA_DEVICE_VARIABLE __attribute__((section("mini_cuda_devvar"), used))
+#define MINI_CUDA_DEVICE_VARIABLE MINI_CUDA_SECTION("mini_cuda_devvar")
 // __shared__ declarations are rewritten before compiling (see the top of this file);
 // one that reaches the compiler was not recognised.
 #define __shared__ MINI_CUDA_UNREWRITTEN_SHARED_DECLARATION_write_one_variable_per_declaration
@@ -532,11 +537,19 @@ template <class T> struct DynamicSharedAtNamespaceScope {
 };
 
 // Each module registers its __constant__ variables as read-only device memory, and its
-// __device__ variables as device memory.
+// __device__ variables as device memory.  The linker marks where each section starts
+// and stops (ELF: __start_<name>, __stop_<name>; Mach-O: section$start$__DATA$<name>).
+#ifdef __APPLE__
+extern "C" char __start_mini_cuda_const[] __asm("section$start$__DATA$mini_cuda_const");
+extern "C" char __stop_mini_cuda_const[] __asm("section$end$__DATA$mini_cuda_const");
+extern "C" char __start_mini_cuda_devvar[] __asm("section$start$__DATA$mini_cuda_devvar");
+extern "C" char __stop_mini_cuda_devvar[] __asm("section$end$__DATA$mini_cuda_devvar");
+#else
 extern "C" char __start_mini_cuda_const[] __attribute__((weak, visibility("hidden")));
 extern "C" char __stop_mini_cuda_const[] __attribute__((weak, visibility("hidden")));
 extern "C" char __start_mini_cuda_devvar[] __attribute__((weak, visibility("hidden")));
 extern "C" char __stop_mini_cuda_devvar[] __attribute__((weak, visibility("hidden")));
+#endif
 struct RegisterConstants {
     MINI_CUDA_UNCHECKED RegisterConstants() {
         if (static_cast<char*>(__start_mini_cuda_const) != static_cast<char*>(__stop_mini_cuda_const))

@@ -9,6 +9,9 @@
 // so they share one device memory, one error state and one list of reports.
 #pragma once
 
+#if defined(__APPLE__) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700     // macOS hides the (deprecated) ucontext functions without it
+#endif
 #define MINI_CUDA_RUNTIME 1
 #include "../mini_cuda_emulator.h"
 
