@@ -35,6 +35,9 @@
 //     and shuffles whose mask leaves out a lane that executes them;
 //   * counters: global loads and stores, 32-byte sectors per warp-wide access
 //     (coalescing) and shared-memory bank conflicts.
+// The checks do not depend on the order threads run in.  Running a launch under more
+// than one schedule (mini.cuda.emulator.check(schedules=3)) adds a second line of
+// evidence: results that differ between schedules are reported too.
 //
 // Not modelled: timing, the memory model of concurrent blocks (blocks never overlap
 // here), textures, cooperative groups, streams running concurrently (stream work is
@@ -90,9 +93,7 @@
 // __shared__ declarations are rewritten before compiling (see the top of this file);
 // one that reaches the compiler was not recognised.
 #define __shared__ MINI_CUDA_UNREWRITTEN_SHARED_DECLARATION_write_one_variable_per_declaration
-#ifndef __restrict__
-// GCC and Clang know __restrict__ already.
-#endif
+// __restrict__ needs nothing: GCC and Clang know it.
 
 // ------------------------------------------------------------------------ vector types
 struct dim3 {
