@@ -41,7 +41,8 @@
 //
 // Not modelled: timing, the memory model of concurrent blocks (blocks never overlap
 // here), textures, cooperative groups, streams running concurrently (stream work is
-// done in order, at once), dynamic parallelism.
+// done in order, at once), dynamic parallelism.  A thread that spins waiting for
+// another thread (a spin lock, a flag) never gives the CPU back: it hangs here.
 #pragma once
 
 #if !defined(__cplusplus) || __cplusplus < 201703L

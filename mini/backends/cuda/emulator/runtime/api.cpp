@@ -64,6 +64,10 @@ bool repeat(uint64_t key) {
     return true;
 }
 
+void discard_launch_record(LaunchRecord* rec) {
+    if (!g_records.empty() && g_records.back().get() == rec) g_records.pop_back();
+}
+
 void report(Report r, const std::string& key, uint64_t fast) {
     LaunchRecord* rec = g_launch ? g_launch->record : host_record();
     auto it = rec->report_index.find(key);

@@ -236,6 +236,7 @@ ThreadRef current_thread_ref(uintptr_t pc, const char* access);
 void analyze_interval(Launch& L, std::vector<Thread>& threads);   // checks.cpp: counters
 void set_last_error(cudaError_t e);
 LaunchRecord* new_launch_record();
+void discard_launch_record(LaunchRecord* rec);   // the newest one only
 void for_each_region(void (*fn)(Region*, void*), void* arg);
 void set_dynamic_shared_limit(size_t bytes);
 size_t optin_shared_limit();

@@ -631,6 +631,8 @@ extern "C" void mini_cuda_launch(const mini_cuda_launch_desc* d) {
     if (!first_result.empty() && !L.aborted) restore_memory(first_result);   // the forward result
     g_launch = nullptr;
     if (rec->error != cudaSuccess) set_last_error(rec->error);
+    // An unchecked launch that went well has nothing to tell Python (no counters either).
+    if (!rec->checked && rec->reports.empty() && rec->error == cudaSuccess) discard_launch_record(rec);
 }
 
 // ------------------------------------------------------------------------ barriers and warps
