@@ -314,7 +314,16 @@ class Tensor:
         return self.to(dtype=other.dtype)
 
     def cpu(self) -> "Tensor":
-        return self
+        """This tensor on the host: itself unless it lives on the cuda device."""
+        if self.device.name != "cuda":
+            return self
+        from mini.backends import get_default_device
+        host = get_default_device()
+        return self.to(host if host.name != "cuda" else "numpy")
+
+    def cuda(self) -> "Tensor":
+        """This tensor on the cuda device (a GPU, or mini's CUDA emulator)."""
+        return self.to("cuda")
 
 
 class Size(tuple):

@@ -1,7 +1,8 @@
 """Backends own the buffers and run the primitive kernels of NDArray.
 
 ``numpy`` is the portable reference; ``cpu`` runs C++/OpenMP kernels built with the
-package (see ``mini/backends/cpu``).  Both keep data in flat, 64-byte aligned numpy
+package (see ``mini/backends/cpu``); ``cuda`` runs CUDA kernels, on a GPU or on mini's
+CUDA emulator (see ``mini/backends/cuda``).  Both keep data in flat, 64-byte aligned numpy
 buffers, so moving between them is a plain copy.
 """
 from __future__ import annotations
@@ -29,10 +30,11 @@ def get_backend(name=None):
             from mini.backends.cpu import CpuBackend
             backend = CpuBackend()
         elif name == "cuda":
-            raise RuntimeError("device 'cuda' is not available in this build of mini: the CUDA "
-                               "backend arrives with chapter 04; use device='numpy' or 'cpu'")
+            # CUDA kernels: on an NVIDIA GPU, or else on mini's CPU emulator (says so once)
+            from mini.backends.cuda.backend import CudaBackend
+            backend = CudaBackend()
         else:
-            raise RuntimeError(f"unknown device {name!r}; mini has 'numpy' and 'cpu'")
+            raise RuntimeError(f"unknown device {name!r}; mini has 'numpy', 'cpu' and 'cuda'")
         _BACKENDS[name] = backend
     return backend
 
