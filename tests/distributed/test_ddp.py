@@ -20,7 +20,7 @@ ATOL, RTOL = 1e-6, 1e-5
 def _assert_same_across_ranks(ranks, key, sub="params"):
     first = ranks[0][key][sub]
     for r, values in enumerate(ranks):
-        for a, b in zip(first, values[key][sub]):
+        for a, b in zip(first, values[key][sub], strict=True):
             np.testing.assert_array_equal(a, b, err_msg=f"rank {r} differs from rank 0")
 
 
@@ -29,7 +29,7 @@ def test_ddp_p_ranks_with_batch_b_over_p_equal_one_process_with_batch_b(p):
     ranks = world(p)
     _assert_same_across_ranks(ranks, "ddp")   # parameters broadcast, then identical steps
     d = ranks[0]["ddp"]
-    for got, want in zip(d["params"], d["reference"]):
+    for got, want in zip(d["params"], d["reference"], strict=True):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -63,7 +63,7 @@ def test_ddp_all_reduce_starts_before_backward_ends(p):
 def test_ddp_with_the_ring_as_communication_hook(p):
     ranks = world(p)
     _assert_same_across_ranks(ranks, "ddp_ring_hook")
-    for got, want in zip(ranks[0]["ddp_ring_hook"]["params"], ranks[0]["ddp"]["params"]):
+    for got, want in zip(ranks[0]["ddp_ring_hook"]["params"], ranks[0]["ddp"]["params"], strict=True):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -71,7 +71,7 @@ def test_ddp_with_the_ring_as_communication_hook(p):
 def test_ddp_over_checkpointed_layers_is_bit_identical(p):
     """Recomputing activations is the same computation: the same gradients, bit for bit."""
     d = world(p)[0]
-    for got, want in zip(d["ddp_checkpointed"]["params"], d["ddp"]["params"]):
+    for got, want in zip(d["ddp_checkpointed"]["params"], d["ddp"]["params"], strict=True):
         np.testing.assert_array_equal(got, want)
 
 
@@ -81,7 +81,7 @@ def test_no_sync_accumulates_and_averages_once_per_step(p):
     _assert_same_across_ranks(ranks, "ddp_no_sync")
     d = ranks[0]["ddp_no_sync"]
     assert d["reduces"] == [d["buckets"]] * 2          # one all-reduce per bucket per step
-    for got, want in zip(d["params"], d["reference"]):
+    for got, want in zip(d["params"], d["reference"], strict=True):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -108,7 +108,7 @@ def test_zero1_weights_equal_adamw_and_state_is_sharded(p):
         for r, values in enumerate(ranks):
             z = values["zero"][name]
             # the same elementwise AdamW arithmetic on the same numbers: bit for bit
-            for got, want in zip(z["params"], z["reference"]):
+            for got, want in zip(z["params"], z["reference"], strict=True):
                 np.testing.assert_array_equal(got, want, err_msg=f"{name}, rank {r}")
             psi = z["numel"]
             bound = math.ceil(psi / p) * 8          # Adam: two float32 moments per element
@@ -125,7 +125,7 @@ def test_zero1_weights_equal_adamw_and_state_is_sharded(p):
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_distributed_sampler_partitions_each_epoch(p):
     ranks = world(p)
-    for (n, drop_last, epoch), first in ranks[0]["sampler"].items():
+    for n, drop_last, epoch in ranks[0]["sampler"]:
         parts = [values["sampler"][(n, drop_last, epoch)] for values in ranks]
         per = n // p if drop_last else math.ceil(n / p)
         assert all(len(part) == per for part in parts)

@@ -21,7 +21,7 @@ def saved_by_4(tmp_path_factory):
 
 def _equal(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
 
 

@@ -81,7 +81,7 @@ def test_mark_grad_ready_properties(case):
     launched, history, bucket_of = _simulate(buckets, order)
     assert launched == list(range(len(buckets)))                # each once, in order
     ready = set()
-    for i, after in zip(order, history):
+    for i, after in zip(order, history, strict=True):
         ready.add(i)
         for b in after:                                         # never before it is full
             assert set(buckets[b]) <= ready
@@ -100,7 +100,7 @@ def test_sampler_indices(n, p, drop_last):
 
 
 def test_sampler_indices_against_torch():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torch.utils.data import DistributedSampler as TorchSampler
     for n in range(0, 13):
         for p in range(1, 5):
@@ -109,14 +109,13 @@ def test_sampler_indices_against_torch():
                     want = list(TorchSampler(range(n), num_replicas=p, rank=r, shuffle=False,
                                              drop_last=drop_last))
                     assert distributed_sampler_indices(list(range(n)), p, r, drop_last) == want
-    assert torch  # noqa: used
 
 
 def _ring_records(n, p, r, itemsize=4, shuffle_sizes=False):
     base, extra = divmod(n, p)
     size = [base + (c < extra) for c in range(p)]
     recs = []
-    for s, (sent, got) in enumerate(ring_schedule(n, p, r)):
+    for sent, got in ring_schedule(n, p, r):
         recs.append({"op": "isend", "peer": (r + 1) % p, "count": size[sent],
                      "nbytes": size[sent] * itemsize})
         recs.append({"op": "recv", "peer": (r - 1) % p, "count": size[got],

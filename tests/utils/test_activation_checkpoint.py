@@ -45,7 +45,7 @@ def _run(n_layers, segments=None, width=8, batch=4, dropout=0.1, reentrant=False
 def test_gradients_are_bit_identical_with_dropout(segments, reentrant):
     g0, x0, after0 = _run(6)
     g1, x1, after1 = _run(6, segments, reentrant=reentrant)
-    for a, b in zip(g0, g1):
+    for a, b in zip(g0, g1, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(x0, x1)
     np.testing.assert_array_equal(after0, after1)     # the random stream goes on unchanged
@@ -66,7 +66,7 @@ def test_dropping_the_rng_state_changes_the_gradients():
         g1, _, _ = _run(6, 3)
     finally:
         exercises.unregister("06.checkpoint_backward")
-    assert any(not np.array_equal(a, b) for a, b in zip(g0, g1))
+    assert any(not np.array_equal(a, b) for a, b in zip(g0, g1, strict=True))
 
 
 def test_checkpoint_of_one_function_matches_plain_autograd():
