@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,6 +107,17 @@ def test_a_world_of_one_rank_without_mpiexec():
     assert "uninitialised: Default process group has not been initialized" in out.stdout
 
 
+def _rundir_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"MINI_DIST_RUNDIR="):
+                    return item.split(b"=", 1)[1].decode()
+    except OSError:
+        pass
+    return None
+
+
 def _processes_with(marker: str) -> list[int]:
     found = []
     for pid in os.listdir("/proc"):
@@ -132,11 +144,14 @@ def test_a_job_dies_with_the_process_that_launched_it():
         launch.run(S.sleep_forever_everywhere, 2, timeout=600, env={{"{marker}": "1"}})
         """)
     parent = subprocess.Popen([sys.executable, "-c", code])
+    rundir = None
     try:
         deadline = time.monotonic() + 60
         while len(_processes_with(marker + "=1")) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(_processes_with(marker + "=1")) >= 2, "the job did not start"
+        ranks = _processes_with(marker + "=1")
+        assert len(ranks) >= 2, "the job did not start"
+        rundir = _rundir_of(ranks[0])
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
@@ -144,3 +159,5 @@ def test_a_job_dies_with_the_process_that_launched_it():
     while _processes_with(marker + "=1") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_with(marker + "=1") == []
+    if rundir and os.path.basename(rundir).startswith("mini-launch-"):
+        shutil.rmtree(rundir, ignore_errors=True)     # its launcher died before cleaning up
