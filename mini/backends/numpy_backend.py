@@ -10,9 +10,11 @@ import sys
 
 import numpy as np
 
-from mini.ndarray.memory import record_allocation
+from mini.backends.device import device
+from mini.ndarray.memory import _TOTAL, _ACTIVE as _TRACKERS
 
 ALIGNMENT = 64  # bytes: one cache line
+_np_empty = np.empty
 
 
 # Large buffers are recycled.  A fresh multi-megabyte numpy array is fresh memory from the
@@ -57,21 +59,30 @@ def _pooled_raw(nbytes: int) -> np.ndarray:
     return raw
 
 
+def _count_allocation(nbytes: int) -> None:
+    """``mini.ndarray.memory.record_allocation``, inlined for the kernels of every op."""
+    _TOTAL.count += 1
+    _TOTAL.bytes += nbytes
+    if _TRACKERS:
+        for stats in _TRACKERS:
+            stats.count += 1
+            stats.bytes += nbytes
+
+
 def aligned_empty(size: int, np_dtype) -> np.ndarray:
     """A flat, uninitialised buffer whose first element sits on a 64-byte boundary."""
-    np_dtype = np.dtype(np_dtype)
+    if not isinstance(np_dtype, np.dtype):
+        np_dtype = np.dtype(np_dtype)
     nbytes = size * np_dtype.itemsize
+    _count_allocation(nbytes)
     if nbytes <= ALIGNMENT:  # fits in one cache line: alignment buys nothing
-        record_allocation(nbytes)
-        return np.empty(size, dtype=np_dtype)
+        return _np_empty(size, np_dtype)
     if POOL_ENABLED and nbytes >= POOL_MIN_BYTES:
         raw = _pooled_raw(nbytes + ALIGNMENT)
     else:
         raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
-    buf = raw[start:start + nbytes].view(np_dtype)
-    record_allocation(nbytes)
-    return buf
+    return raw[start:start + nbytes].view(np_dtype)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -123,37 +134,11 @@ def _blas_operand(x: np.ndarray) -> np.ndarray:
     return x
 
 
-class NumpyBackend:
+class NumpyBackend(device):
     """Primitive kernels on flat numpy buffers.  Subclasses replace kernels, not callers."""
 
     name = "numpy"
     kernels_name = "numpy"
-
-    def __repr__(self):
-        return f"device(type='{self.name}')"
-
-    def __str__(self):
-        return self.name
-
-    def __eq__(self, other):
-        if isinstance(other, str):
-            return other.split(":")[0] == self.name
-        return getattr(other, "name", None) == self.name
-
-    def __hash__(self):
-        return hash(self.name)
-
-    @property
-    def type(self):
-        return self.name
-
-    # A backend is a per-process singleton: copies and pickles refer to it by name.
-    def __reduce__(self):
-        from mini.backends import get_backend
-        return (get_backend, (self.name,))
-
-    def __deepcopy__(self, memo):
-        return self
 
     # --- buffers -------------------------------------------------------------
     def empty(self, size: int, np_dtype) -> np.ndarray:
@@ -168,7 +153,9 @@ class NumpyBackend:
     # --- kernels: every input is an NDArray view, every output a new compact buffer ----
     def compact(self, a) -> np.ndarray:
         from mini.ndarray.strides import compact
-        result = compact(a.storage.data, a.shape, a.strides, a.offset)  # may be a student's
+        # the 03.compact slot: a student's, or the reference, or on device="cpu" its native
+        # fast path (mini/ops/fast_paths.py)
+        result = compact.on(self)(a.storage.data, a.shape, a.strides, a.offset)
         if not isinstance(result, np.ndarray) or result.shape != (a.size,) \
                 or result.dtype != a.storage.data.dtype:
             raise TypeError(
@@ -179,24 +166,49 @@ class NumpyBackend:
         out[...] = result
         return out
 
+    # Elementwise kernels on operands that are whole flat buffers (a fresh result, the
+    # common case) hand numpy those buffers as they are; any other view goes through its
+    # numpy view (strides included, no copy).  Outputs that fit in one cache line are
+    # allocated by numpy itself (alignment buys nothing there; counted all the same).
     def ewise(self, op: str, a, b, out_np_dtype) -> np.ndarray:
-        out = self.empty(a.size, out_np_dtype)
+        fa, fb = a._flat, b._flat
+        if fa is not None and fb is not None:
+            if a.size * out_np_dtype.itemsize <= ALIGNMENT:
+                out = BINARY[op](fa, fb)
+                _count_allocation(out.nbytes)
+                return out
+            out = aligned_empty(a.size, out_np_dtype)
+            BINARY[op](fa, fb, out=out)
+            return out
+        out = aligned_empty(a.size, out_np_dtype)
         BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
         return out
 
     def scalar(self, op: str, a, s, out_np_dtype, reverse: bool = False) -> np.ndarray:
-        out = self.empty(a.size, out_np_dtype)
-        x = a.to_numpy_view()
-        s = np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
+        out = aligned_empty(a.size, out_np_dtype)
+        x = a._flat
+        o = out
+        if x is None:
+            x = a.to_numpy_view()
+            o = out.reshape(a.shape)
+        if not ((s.__class__ is float or s.__class__ is int) and x.dtype.kind == "f") \
+                or op in COMPARISONS:
+            # compute in the array's dtype (a Python float already is: numpy treats it
+            # as a "weak" scalar, so float32 stays float32)
+            s = np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
         if reverse:
-            BINARY[op](s, x, out=out.reshape(a.shape))
+            BINARY[op](s, x, out=o)
         else:
-            BINARY[op](x, s, out=out.reshape(a.shape))
+            BINARY[op](x, s, out=o)
         return out
 
     def unary(self, op: str, a) -> np.ndarray:
-        out = self.empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
-        UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
+        out = aligned_empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
+        x = a._flat
+        if x is not None:
+            UNARY[op](x, out=out)
+        else:
+            UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
         return out
 
     def where(self, cond, a, b, out_np_dtype) -> np.ndarray:

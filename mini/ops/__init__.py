@@ -59,3 +59,5 @@ def _install_tensor_methods():
 
 
 _install_tensor_methods()
+
+from mini.ops import fast_paths as _fast_paths  # noqa: E402,F401  (registers mini's fast paths)

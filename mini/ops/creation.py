@@ -142,6 +142,4 @@ def numel(t) -> int:
     return math.prod(t.shape)
 
 
-def device(name: str):
-    """``mini.device("cpu")``: the backend object for a device name."""
-    return get_backend(name)
+from mini.backends.device import device  # noqa: E402,F401  (mini.device("cpu"): a backend)
