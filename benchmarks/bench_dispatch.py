@@ -6,7 +6,8 @@ On four-element tensors the arithmetic is negligible, so the time per op is the 
 dispatch: Python calls, dtype and shape checks, the output buffer, the graph node.  Each
 case is timed in ``--rounds`` interleaved rounds of ``--number`` calls (every case runs in
 every round, so a burst of load on a shared machine hits all of them alike) and the best
-round counts.  Printed: microseconds per op for each case and mini / PyTorch ratios,
+round counts.  The clock is the thread's CPU time, which a busy machine's other processes
+do not inflate (time spent waiting for a core is not counted).  Printed: microseconds per op for each case and mini / PyTorch ratios,
 
 - with autograd: both inputs require grad, so every op records a graph node;
 - without autograd: the inputs do not require grad (nothing to record);
@@ -18,6 +19,7 @@ torch installed, only the absolute times are printed.
 from __future__ import annotations
 
 import argparse
+import time
 import timeit
 
 import numpy as np
@@ -58,7 +60,8 @@ def measure(size: int = 4, rounds: int = 15, number: int = 20000) -> dict:
     best = {name: float("inf") for name in cases}
     for _ in range(rounds):
         for name, fn in cases.items():
-            best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
+            t = timeit.timeit(fn, number=number, timer=time.thread_time) / number
+            best[name] = min(best[name], t)
     return best
 
 

@@ -343,8 +343,9 @@ def _try_fast_paths(paths: list, device, args, kwargs, built_on: tuple = ()):
     NotImplemented.  ``built_on``: the slots of a @has_fast_path function."""
     if not fast_paths_active():
         return NotImplemented
-    if built_on and not all(runs_reference(s) for s in built_on):
-        return NotImplemented
+    for s in built_on:
+        if not runs_reference(s):
+            return NotImplemented
     for path in paths:
         if path.target in _FAST_OFF:
             return NotImplemented
@@ -352,11 +353,13 @@ def _try_fast_paths(paths: list, device, args, kwargs, built_on: tuple = ()):
             d = device if device is not None else _device_of(args)
             if d is None or d.name != path.device:
                 continue
-        if not all(runs_reference(s) for s in path.slots):
-            continue
-        out = path.fn(*args, **kwargs)
-        if out is not NotImplemented:
-            return out
+        for s in path.slots:
+            if not runs_reference(s):
+                break
+        else:
+            out = path.fn(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
     return NotImplemented
 
 

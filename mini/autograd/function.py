@@ -43,7 +43,7 @@ class Node:
 
     next_functions: tuple = ()
     needs_input_grad: tuple = ()
-    _arg_meta: tuple = ()           # (shape, dtype) per argument, None for non-tensors
+    _arg_meta: tuple | list = ()    # (shape, dtype) per argument, None for non-tensors
     _tensor_positions = None        # argument positions of the edges; None: every argument
     _saved = None
     _saved_versions = None
@@ -327,7 +327,7 @@ class Function(metaclass=FunctionMeta):
         # forward may look at ctx.needs_input_grad to save only what backward will use,
         # and at ctx._arg_meta (shape, dtype of each input) to reduce broadcast gradients
         node.needs_input_grad = tuple(needs)
-        node._arg_meta = tuple(meta)
+        node._arg_meta = meta
         _GRAD[0] = False
         try:
             out = cls.forward(node, *args, **kwargs)

@@ -64,9 +64,13 @@ def _count_allocation(nbytes: int) -> None:
     _TOTAL.count += 1
     _TOTAL.bytes += nbytes
     if _TRACKERS:
-        for stats in _TRACKERS:
-            stats.count += 1
-            stats.bytes += nbytes
+        _count_trackers(nbytes)
+
+
+def _count_trackers(nbytes: int) -> None:
+    for stats in _TRACKERS:
+        stats.count += 1
+        stats.bytes += nbytes
 
 
 def aligned_empty(size: int, np_dtype) -> np.ndarray:
@@ -121,6 +125,16 @@ UNARY = {
 BOOL_RESULT = {"isfinite", "isnan", "logical_not"}
 
 
+def _scalar_operand(s, x: np.ndarray, op: str):
+    """The Python number ``s`` as numpy should see it next to the array ``x``: computed in
+    ``x``'s dtype.  A Python float or int next to a float array already is (numpy treats
+    it as a "weak" scalar, so float32 stays float32): no conversion needed."""
+    if (s.__class__ is float or s.__class__ is int) and x.dtype.kind == "f" \
+            and op not in COMPARISONS:
+        return s
+    return np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
+
+
 def _blas_operand(x: np.ndarray) -> np.ndarray:
     """``x``, or a compact copy when numpy could not hand it to BLAS: a matrix with a zero
     stride (a broadcast, e.g. the gradient of ``sum()``) or with no unit stride makes
@@ -166,50 +180,60 @@ class NumpyBackend(device):
         out[...] = result
         return out
 
-    # Elementwise kernels on operands that are whole flat buffers (a fresh result, the
-    # common case) hand numpy those buffers as they are; any other view goes through its
-    # numpy view (strides included, no copy).  Outputs that fit in one cache line are
-    # allocated by numpy itself (alignment buys nothing there; counted all the same).
+    # Elementwise ops.  Operands that are whole flat buffers (a fresh result, the common
+    # case) go to the flat kernels below (``ewise_flat``, ``scalar_flat``, ``unary_flat``:
+    # what a subclass replaces with native code); any other view goes to numpy through its
+    # numpy view, strides included, no copy.  Outputs that fit in one cache line are
+    # allocated by numpy's ufunc itself: alignment buys nothing there, and a kernel call
+    # costs more than the loop (counted all the same).
     def ewise(self, op: str, a, b, out_np_dtype) -> np.ndarray:
         fa, fb = a._flat, b._flat
-        if fa is not None and fb is not None:
-            if a.size * out_np_dtype.itemsize <= ALIGNMENT:
-                out = BINARY[op](fa, fb)
-                _count_allocation(out.nbytes)
-                return out
+        if fa is None or fb is None:
             out = aligned_empty(a.size, out_np_dtype)
-            BINARY[op](fa, fb, out=out)
+            BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
+            return out
+        if a.size * out_np_dtype.itemsize <= ALIGNMENT:
+            out = BINARY[op](fa, fb)
+            _TOTAL.count += 1           # _count_allocation(out.nbytes), inlined
+            _TOTAL.bytes += out.nbytes
+            if _TRACKERS:
+                _count_trackers(out.nbytes)
             return out
         out = aligned_empty(a.size, out_np_dtype)
-        BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
+        self.ewise_flat(op, fa, fb, out)
         return out
 
     def scalar(self, op: str, a, s, out_np_dtype, reverse: bool = False) -> np.ndarray:
-        out = aligned_empty(a.size, out_np_dtype)
         x = a._flat
-        o = out
         if x is None:
-            x = a.to_numpy_view()
-            o = out.reshape(a.shape)
-        if not ((s.__class__ is float or s.__class__ is int) and x.dtype.kind == "f") \
-                or op in COMPARISONS:
-            # compute in the array's dtype (a Python float already is: numpy treats it
-            # as a "weak" scalar, so float32 stays float32)
-            s = np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
-        if reverse:
-            BINARY[op](s, x, out=o)
-        else:
-            BINARY[op](x, s, out=o)
+            out = aligned_empty(a.size, out_np_dtype)
+            x, o = a.to_numpy_view(), out.reshape(a.shape)
+            s = _scalar_operand(s, x, op)
+            BINARY[op](s, x, out=o) if reverse else BINARY[op](x, s, out=o)
+            return out
+        out = aligned_empty(a.size, out_np_dtype)
+        self.scalar_flat(op, x, s, out, reverse)
         return out
 
     def unary(self, op: str, a) -> np.ndarray:
         out = aligned_empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
         x = a._flat
-        if x is not None:
-            UNARY[op](x, out=out)
-        else:
+        if x is None:
             UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
+        else:
+            self.unary_flat(op, x, out)
         return out
+
+    # the flat kernels: compact 1-D buffers in, a compact 1-D output buffer to write
+    def ewise_flat(self, op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        BINARY[op](a, b, out=out)
+
+    def scalar_flat(self, op: str, a: np.ndarray, s, out: np.ndarray, reverse: bool) -> None:
+        s = _scalar_operand(s, a, op)
+        BINARY[op](s, a, out=out) if reverse else BINARY[op](a, s, out=out)
+
+    def unary_flat(self, op: str, a: np.ndarray, out: np.ndarray) -> None:
+        UNARY[op](a, out=out)
 
     def where(self, cond, a, b, out_np_dtype) -> np.ndarray:
         out = self.empty(cond.size, out_np_dtype)

@@ -20,6 +20,7 @@ from mini.ndarray.dtypes import as_dtype, result_dtype, bool_, _BY_NUMPY
 _new_ndarray = object.__new__
 _new_storage = object.__new__
 _row_major = _compact_strides_cached   # row-major strides of a tuple shape (S.row_major_strides)
+_ROW_MAJOR: dict = {}                   # shape -> row-major strides, for the shapes seen
 
 
 class Storage:
@@ -78,7 +79,12 @@ class NDArray:
         a = _new_ndarray(NDArray)
         a.storage = st
         a.shape = shape
-        a.strides = _row_major(shape)
+        strides = _ROW_MAJOR.get(shape)
+        if strides is None:
+            if len(_ROW_MAJOR) > 4096:
+                _ROW_MAJOR.clear()
+            strides = _ROW_MAJOR[shape] = _row_major(shape)
+        a.strides = strides
         a.offset = 0
         if dtype is None:  # (callers that know the mini dtype of buf pass it)
             dtype = _BY_NUMPY.get(buf.dtype)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from mini.backends.numpy_backend import ALIGNMENT, NumpyBackend, aligned_empty
+from mini.backends.numpy_backend import NumpyBackend
 from mini.backends.cpu.build_info import load_extension, import_error
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -46,34 +46,26 @@ class CpuBackend(NumpyBackend):
             return None
         return data[a.offset:a.offset + a.size]
 
-    def ewise(self, op, a, b, out_np_dtype):
-        # (the operands arrive with the output's dtype: NDArray.ewise casts them first;
-        # outputs within one cache line are cheapest as numpy's own, see NumpyBackend)
-        if op in _NATIVE_BINARY and a.size * out_np_dtype.itemsize > ALIGNMENT \
-                and out_np_dtype in _FLOATS:
-            fa, fb = self._flat(a), self._flat(b)
-            if fa is not None and fb is not None:
-                out = aligned_empty(a.size, out_np_dtype)
-                self.ext.ewise(op, fa, fb, out)
-                return out
-        return NumpyBackend.ewise(self, op, a, b, out_np_dtype)
+    # the flat kernels (see NumpyBackend.ewise): native for float buffers and the ops the
+    # extension has, numpy's for the rest
+    def ewise_flat(self, op, a, b, out):
+        if op in _NATIVE_BINARY and out.dtype in _FLOATS:
+            self.ext.ewise(op, a, b, out)
+        else:
+            NumpyBackend.ewise_flat(self, op, a, b, out)
 
-    def scalar(self, op, a, s, out_np_dtype, reverse=False):
-        fa = self._flat(a)
+    def scalar_flat(self, op, a, s, out, reverse):
         native = _REVERSED.get(op) if reverse else op
-        if native in _NATIVE_SCALAR and fa is not None and out_np_dtype == fa.dtype:
-            out = aligned_empty(a.size, out_np_dtype)
-            self.ext.scalar(native, fa, float(s), out)
-            return out
-        return super().scalar(op, a, s, out_np_dtype, reverse)
+        if native in _NATIVE_SCALAR and out.dtype in _FLOATS and a.dtype == out.dtype:
+            self.ext.scalar(native, a, float(s), out)
+        else:
+            NumpyBackend.scalar_flat(self, op, a, s, out, reverse)
 
-    def unary(self, op, a):
-        fa = self._flat(a)
-        if op in _NATIVE_UNARY and fa is not None:
-            out = aligned_empty(a.size, fa.dtype)
-            self.ext.unary(op, fa, out)
-            return out
-        return super().unary(op, a)
+    def unary_flat(self, op, a, out):
+        if op in _NATIVE_UNARY and out.dtype in _FLOATS and a.dtype == out.dtype:
+            self.ext.unary(op, a, out)
+        else:
+            NumpyBackend.unary_flat(self, op, a, out)
 
     def reduce(self, op, a, axes, keepdims, out_shape):
         # Reduce over trailing axes of a compact array in one kernel call (a strided input
