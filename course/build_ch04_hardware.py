@@ -586,10 +586,11 @@ from here on every convolution in mini is your code. Time a LeNet-sized convolut
 and backward, and see where the time goes. (Under the profiler mini composes the convolution
 from its ops, im2col, matmul and col2im, so the table can count each of them.)
 
-On `device="cpu"`, while the slots run mini's own solutions, mini swaps in C++ kernels that
-never build the whole im2col matrix: they build the columns of a few output rows of one image
-at a time, in cache, and multiply them there. That keeps the 22 MB matrix of LeNet's second
-convolution out of memory; `benchmarks/bench_cpu_kernels.py` compares them with PyTorch.
+On `device="cpu"` (mini's default device, as in PyTorch), while the slots run mini's own
+solutions, mini swaps in C++ kernels that never build the whole im2col matrix: they build
+the columns of a few output rows of one image at a time, in cache, and multiply them there.
+That keeps the 22 MB matrix of LeNet's second convolution out of memory;
+`benchmarks/bench_cpu_kernels.py` compares them with PyTorch.
 """))
     add(demo("payoff", r'''
 from mini.ops.conv import conv2d as mini_conv2d
