@@ -93,7 +93,7 @@ def exercise(slot_id: str, fallback: Callable | None = None):
         active = _ACTIVE  # local alias: one dict lookup on the hot path
         fast = _FAST_PATHS.setdefault(slot_id, [])  # filled by @fast_path(slot_id)
 
-        def run(device, args, kwargs):
+        def run(device, args, kwargs):  # device: None, or the one .on() names
             impl = active.get(slot_id)
             if impl is not None:
                 return impl(*args, **kwargs)
@@ -109,20 +109,8 @@ def exercise(slot_id: str, fallback: Callable | None = None):
                 raise
 
         @functools.wraps(fn)
-        def dispatch(*args, **kwargs):  # run(None, args, kwargs), inlined: slots are hot
-            impl = active.get(slot_id)
-            if impl is not None:
-                return impl(*args, **kwargs)
-            if fast:
-                out = _try_fast_paths(fast, None, args, kwargs)
-                if out is not NotImplemented:
-                    return out
-            try:
-                return fn(*args, **kwargs)
-            except ExerciseNotImplemented as e:
-                if e.future and fallback is not None and e.slot_id == slot_id:
-                    return fallback(*args, **kwargs)
-                raise
+        def dispatch(*args, **kwargs):
+            return run(None, args, kwargs)
 
         def on(device):
             """This slot, for numpy arrays that belong to tensors on ``device``."""

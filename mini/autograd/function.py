@@ -274,33 +274,23 @@ class Function(metaclass=FunctionMeta):
     def apply(cls, *args, **kwargs):
         """Run ``forward`` and, when an input requires grad (and grad mode is on), record
         the node that ``backward`` will run.  This is the hot path of every op: it looks
-        at each argument once, and nothing else happens unless an observer is installed
-        or a forward-mode AD level is open (both handled by ``_apply_general``)."""
-        if _op_observer is not None or _FW_LEVEL[0]:
-            return _apply_general(cls, args, kwargs)
+        at each argument once; an installed op observer and forward-mode AD cost one
+        check each when they are not in use."""
+        if _op_observer is not None:
+            return observe_op(cls.__name__, cls.apply, args, kwargs, lambda: cls.apply(*args, **kwargs))
         node = _new_node(cls._node_cls)  # (nodes have no __init__: skip type.__call__)
-        if not _GRAD[0]:                # no_grad: nothing to record
-            n = len(args)
-            node.needs_input_grad = _NO_NEEDS[n] if n < 8 else (False,) * n
-            out = cls.forward(node, *args, **kwargs)
-            if not isinstance(out, Tensor):
-                _bad_output(cls, out)
-            return out
         record = False
-        for a in args:
-            if isinstance(a, Tensor) and a.requires_grad:
-                record = True
-                break
-        if not record:
+        if _GRAD[0]:
+            for a in args:
+                if isinstance(a, Tensor) and a.requires_grad:
+                    record = True
+                    break
+        if not record:                   # nothing to record: just run forward
             n = len(args)
             node.needs_input_grad = _NO_NEEDS[n] if n < 8 else (False,) * n
-            _GRAD[0] = False
-            try:
-                out = cls.forward(node, *args, **kwargs)
-            finally:
-                _GRAD[0] = True
-            if not isinstance(out, Tensor):
-                _bad_output(cls, out)
+            out = _forward(cls, node, args, kwargs)
+            if _FW_LEVEL[0]:
+                _propagate_tangents(cls, node, args, out)
             return out
         # one pass over the arguments: what backward needs to know about each, and the
         # edge to the node that receives its gradient (what _edge computes, inlined)
@@ -328,13 +318,7 @@ class Function(metaclass=FunctionMeta):
         # and at ctx._arg_meta (shape, dtype of each input) to reduce broadcast gradients
         node.needs_input_grad = tuple(needs)
         node._arg_meta = meta
-        _GRAD[0] = False
-        try:
-            out = cls.forward(node, *args, **kwargs)
-        finally:
-            _GRAD[0] = True
-        if not isinstance(out, Tensor):
-            _bad_output(cls, out)
+        out = _forward(cls, node, args, kwargs)
         for a in args:
             if out is a:
                 out = Tensor._wrap(out._data)  # never rewrite the history of an input returned as is
@@ -344,36 +328,14 @@ class Function(metaclass=FunctionMeta):
         node.next_functions = tuple(edges)
         out.grad_fn = node
         out.requires_grad = True
+        if _FW_LEVEL[0]:
+            _propagate_tangents(cls, node, args, out)
         return out
 
 
-def _apply_general(cls, args, kwargs):
-    """``Function.apply`` under an op observer, or with forward-mode AD: the same
-    recording as the hot path, plus tangents (``jvp``) for dual tensors."""
-    if _op_observer is not None:
-        return observe_op(cls.__name__, cls.apply, args, kwargs,
-                          lambda: _apply_general(cls, args, kwargs))
-    node = cls._node_cls()
+def _forward(cls, node, args, kwargs):
+    """``cls.forward`` with grad mode off (restored afterwards); it must return a Tensor."""
     enabled = _GRAD[0]
-    needs, meta = [], []
-    record = tangent = False
-    for a in args:
-        if isinstance(a, Tensor):
-            r = a.requires_grad
-            needs.append(r)
-            record = record or r
-            tangent = tangent or a._fw_tangent is not None
-            d = a._data
-            meta.append((d.shape, d.dtype))
-        else:
-            needs.append(False)
-            meta.append(None)
-    record = record and enabled
-    forward_mode = tangent and _FW_LEVEL[0]
-    node.needs_input_grad = tuple(needs) if record else (False,) * len(args)
-    node._arg_meta = tuple(meta)
-    if forward_mode:
-        node._fw_args = args
     _GRAD[0] = False
     try:
         out = cls.forward(node, *args, **kwargs)
@@ -381,20 +343,18 @@ def _apply_general(cls, args, kwargs):
         _GRAD[0] = enabled
     if not isinstance(out, Tensor):
         _bad_output(cls, out)
-    if record:
-        for a in args:
-            if out is a:
-                out = Tensor._wrap(out._data)
-                break
-        if any(m is None for m in meta):
-            node._tensor_positions = tuple(i for i, m in enumerate(meta) if m is not None)
-        node.next_functions = tuple(_edge(a) for a in args if isinstance(a, Tensor))
-        out.grad_fn = node
-        out.requires_grad = True
-    if forward_mode:
-        node._out_shape, node._out_dtype = out._data.shape, out._data.dtype
-        _fw.propagate(cls, node, args, out)
     return out
+
+
+def _propagate_tangents(cls, node, args, out):
+    """Forward-mode AD (a dual level is open): ``out``'s tangent from its inputs' tangents
+    (``cls.jvp``), when an input has one."""
+    for a in args:
+        if isinstance(a, Tensor) and a._fw_tangent is not None:
+            node._fw_args = args
+            node._out_shape, node._out_dtype = out._data.shape, out._data.dtype
+            _fw.propagate(cls, node, args, out)
+            return
 
 
 def _bad_output(cls, out):
