@@ -592,9 +592,9 @@ def saved_bytes(loss, params):
 with needs_exercises():
     BATCH = 32
     mini.manual_seed(0)
+    x, y = mini.randn(BATCH, 784), mini.randint(0, 10, (BATCH,))
     mlp = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     opt = AdamW(mlp.parameters(), lr=1e-3)
-    x, y = mini.randn(BATCH, 784), mini.randint(0, 10, (BATCH,))
     loss = losses.cross_entropy(mlp(x), y)
     act = saved_bytes(loss, list(mlp.parameters()))
     loss.backward()

@@ -30,5 +30,12 @@ def __getattr__(name):
     # Higher layers load on first use, so `import mini` stays fast.
     import importlib
     if name in ("nn", "optim", "utils", "napkin", "distributed"):
-        return importlib.import_module(f"mini.{name}")
+        try:
+            return importlib.import_module(f"mini.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"mini.{name}":
+                raise
+            # the distributed package is built in chapter 06: say so, not a bare import error
+            raise AttributeError(f"module 'mini' has no attribute {name!r} (mini.{name} arrives "
+                                 f"with chapter 06)") from None
     raise AttributeError(f"module 'mini' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from mini.exercises import exercise, has_fast_path
 from mini.autograd.tensor import Tensor
 from mini.ndarray import NDArray
 
-__all__ = ["im2col", "col2im", "conv2d", "max_pool2d", "conv_output_size",
+__all__ = ["im2col", "col2im", "conv2d", "max_pool2d", "conv_output_size", "pool_output_size",
            "im2col_view", "im2col_matrix", "col2im_matrix", "conv2d_forward", "conv2d_backward",
            "input_grad_by_flipped_kernel"]
 
@@ -349,27 +349,41 @@ class Conv2dFunction(Function):
 
 
 class MaxPool2dFunction(Function):
+    """Max pooling of NCHW; padding counts as -inf.  Keywords: ``dilation`` (pair),
+    ``extra``: the -inf rows/columns ceil_mode adds at the bottom/right (pair), ``out``: the
+    output size (pair), ``sink``: a list that receives the argmax within each window (for
+    ``return_indices``), or None."""
+
     @staticmethod
-    def forward(ctx, x, kernel_size, stride, padding):
+    def forward(ctx, x, kernel_size, stride, padding, dilation=(1, 1), extra=(0, 0), out=None,
+                sink=None):
         a = _np(x)
-        n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = _geometry(a.shape, kernel_size, stride, padding)
-        if ph or pw:
-            a = np.pad(a, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
+        n, c, h, w = a.shape
+        (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+        (dh, dw), (eh, ew) = dilation, extra
+        ho, wo = out
+        if ph or pw or eh or ew:
+            a = np.pad(a, ((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), constant_values=-np.inf)
         a = np.asarray(a, order="C")
         s0, s1, s2, s3 = a.strides
         win = np.lib.stride_tricks.as_strided(
-            a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2, s3),
+            a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw),
             writeable=False).reshape(n, c, ho, wo, kh * kw)
         arg = win.argmax(axis=-1)
         ctx.arg = arg
         ctx.geom = (n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo)
+        ctx.dilation_extra = (dh, dw, eh, ew)
+        if sink is not None:
+            sink.append(arg)
         return _wrap(np.take_along_axis(win, arg[..., None], axis=-1)[..., 0], x)
 
     @staticmethod
     def backward(ctx, g):
         n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = ctx.geom
+        dh, dw, eh, ew = ctx.dilation_extra
         gn = _np(g)
-        if (sh, sw) == (kh, kw) and not (ph or pw) and h == ho * kh and w == wo * kw:
+        if (sh, sw) == (kh, kw) and not (ph or pw or eh or ew) and (dh, dw) == (1, 1) \
+                and h == ho * kh and w == wo * kw:
             # windows that tile the input exactly: each input pixel receives the gradient of
             # at most one window, placed at the window's argmax in one scatter (the values
             # are those of the general loop below: nothing is summed)
@@ -377,18 +391,69 @@ class MaxPool2dFunction(Function):
             np.put_along_axis(out, ctx.arg[..., None], gn[..., None], axis=-1)
             out = out.reshape(n, c, ho, wo, kh, kw).transpose(0, 1, 2, 4, 3, 5)
             return _wrap(out.reshape(n, c, h, w), g), None, None, None
-        out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=gn.dtype)
+        out = np.zeros((n, c, h + 2 * ph + eh, w + 2 * pw + ew), dtype=gn.dtype)
         for i in range(kh):
             for j in range(kw):
                 hit = ctx.arg == i * kw + j  # the gradient goes to the max of each window
-                out[:, :, i:i + sh * ho:sh, j:j + sw * wo:sw] += np.where(hit, gn, 0)
+                out[:, :, i * dh:i * dh + sh * ho:sh, j * dw:j * dw + sw * wo:sw] += np.where(hit, gn, 0)
         return _wrap(out[:, :, ph:ph + h, pw:pw + w], g), None, None, None
 
 
-def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
-    """Maximum over each ``kernel_size`` window (NCHW); ``stride`` defaults to the kernel."""
-    if input.ndim != 4:
-        raise ValueError(f"max_pool2d expects a 4-D NCHW input, got shape {tuple(input.shape)}")
-    if stride is None:
-        stride = kernel_size
-    return MaxPool2dFunction.apply(input, kernel_size, stride, padding)
+def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1,
+                     ceil_mode: bool = False) -> int:
+    """PyTorch's pooling output size: ``floor`` (or ``ceil``) of
+    ``(size + 2·padding - dilation·(kernel - 1) - 1) / stride`` plus 1; with ceil_mode the
+    last window must still start inside the input or its left padding."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
+def pool_geometry(fn: str, shape, kernel_size, stride, padding, dilation=1, ceil_mode=False):
+    """Validated ``(kernel, stride, padding, dilation, extra, out)`` pairs of a 2-D pooling
+    of an NCHW ``shape``; ``extra`` is the padding ceil_mode adds at the bottom/right."""
+    if len(shape) != 4:
+        raise ValueError(f"{fn} expects a 4-D NCHW input, got shape {tuple(shape)}")
+    kernel = _pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _pair(stride, "stride")
+    padding, dilation = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ValueError(f"{fn}: invalid kernel_size {kernel}, stride {stride}, padding "
+                         f"{padding} or dilation {dilation}")
+    for k, p, d in zip(kernel, padding, dilation):
+        if p > (d * (k - 1) + 1) // 2:
+            raise ValueError(f"{fn}: pad should be at most half of effective kernel size, but got "
+                             f"pad={p}, kernel_size={k} and dilation={d}")
+    size = tuple(shape[2:])
+    out = tuple(pool_output_size(size[i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+                for i in range(2))
+    if min(out) < 1:
+        raise ValueError(f"{fn}: kernel {kernel} (dilation {dilation}) is larger than the padded "
+                         f"input {tuple(s + 2 * p for s, p in zip(size, padding))} (input shape "
+                         f"{tuple(shape)})")
+    extra = tuple(max(0, (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+                      - (size[i] + 2 * padding[i])) for i in range(2))
+    return kernel, stride, padding, dilation, extra, out
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Maximum over each ``kernel_size`` window (NCHW); ``stride`` defaults to the kernel.
+    Padding counts as -inf.  With ``return_indices`` also returns, for each output, the
+    flat index ``h * W + w`` of its maximum in the input plane (int64), as PyTorch does."""
+    geom = pool_geometry("max_pool2d", tuple(input.shape), kernel_size, stride, padding,
+                         dilation, ceil_mode)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), extra, (ho, wo) = geom
+    sink = [] if return_indices else None
+    out = MaxPool2dFunction.apply(input, (kh, kw), (sh, sw), (ph, pw), dilation=(dh, dw),
+                                  extra=extra, out=(ho, wo), sink=sink)
+    if not return_indices:
+        return out
+    arg = sink[0]
+    rows = np.arange(ho).reshape(ho, 1) * sh - ph + (arg // kw) * dh
+    cols = np.arange(wo).reshape(1, wo) * sw - pw + (arg % kw) * dw
+    index = (rows * input.shape[3] + cols).astype(np.int64)
+    return out, Tensor._wrap(NDArray.from_numpy(index, input._data.storage.device))

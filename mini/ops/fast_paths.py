@@ -208,15 +208,11 @@ class FusedBatchNormFunction(Function):
             xc = a - mean.reshape(bshape)
             var = (xc * xc).mean(axis=axes)
             if training and running_mean is not None:
-                # running_mean.mul_(1 - momentum).add_(mean * momentum), likewise the
-                # variance (unbiased): two in-place writes each, two version bumps
-                rm, rv = running_mean._data.to_numpy_view(), running_var._data.to_numpy_view()
-                np.multiply(rm, f(1 - momentum), out=rm)
-                rm += mean * f(momentum)
-                np.multiply(rv, f(1 - momentum), out=rv)
-                rv += var * f(momentum * m / (m - 1))
-                running_mean._data.storage.version += 2
-                running_var._data.storage.version += 2
+                # the slot's update, with the running statistics' own in-place ops (they
+                # bump the version counters)
+                dev = x._data.storage.device
+                running_mean.mul_(1 - momentum).add_(_wrap(mean * f(momentum), dev))
+                running_var.mul_(1 - momentum).add_(_wrap(var * f(momentum * m / (m - 1)), dev))
         else:
             mean = running_mean._data.to_numpy_view()
             var = running_var._data.to_numpy_view()
@@ -228,13 +224,22 @@ class FusedBatchNormFunction(Function):
         y = x_hat * w.reshape(bshape)
         y += bias._data.to_numpy_view().reshape(bshape)
         ctx.fused = (batch_stats, x_hat, inv_std, w, axes, bshape, m)
+        ctx.batch_stats = batch_stats
+        _slots_module()._keep_for_double_backward(ctx, x, weight, bias, running_mean,
+                                                  running_var, eps)
         return _wrap(y, x._data.storage.device)
 
     @staticmethod
     def backward(ctx, g):
+        need = ctx.needs_input_grad
+        if grad_mode.is_grad_enabled():
+            # create_graph: gradients that have a graph, recomputed on the slots as the
+            # slots' path does (a second derivative through batch norm)
+            gx, gw, gb = _slots_module()._batch_norm_grads_with_graph(ctx, g)
+            return (gx if need[0] else None, gw if need[1] else None, gb if need[2] else None,
+                    None, None, None, None, None)
         batch_stats, x_hat, inv_std, w, axes, bshape, m = ctx.fused
         gn = g._data.to_numpy_view()
-        need = ctx.needs_input_grad
         gw = (gn * x_hat).sum(axis=axes) if need[1] else None
         gb = gn.sum(axis=axes) if need[2] else None
         gx = None
@@ -251,6 +256,13 @@ class FusedBatchNormFunction(Function):
         dev = g._data.storage.device
         return (None if gx is None else _wrap(gx, dev), None if gw is None else _wrap(gw, dev),
                 None if gb is None else _wrap(gb, dev), None, None, None, None, None)
+
+
+def _slots_module():
+    """mini.nn.modules.normalization, where the batch-norm slots and their create_graph
+    helpers live (imported when first needed: this layer does not import nn at load time)."""
+    from mini.nn.modules import normalization
+    return normalization
 
 
 @fast_path("batch_norm")

@@ -82,10 +82,23 @@ def pow_(self, exponent):
 
 @observed
 def clamp_(self, min=None, max=None):
-    result = E.clamp(self, min, max)
     if _check_inplace(self):
-        return _write_back(self, result)
-    self._data.copy_from(result._data)
+        # clamp saves its input for backward: give it a recorded copy (see _inplace_binary)
+        return _write_back(self, E.clamp(SH.clone(self), min, max))
+    self._data.copy_from(E.clamp(self, min, max)._data)
+    return self
+
+
+def apply_(self, fn):
+    """Write ``fn(self)`` into ``self`` in place and return ``self``: what ``inplace=True``
+    means for a function of one tensor (``F.leaky_relu(x, inplace=True)``).  Recorded like
+    the other in-place ops: ``fn`` runs on a recorded copy, so what it saves for backward
+    is not overwritten."""
+    if _check_inplace(self):
+        return _write_back(self, fn(SH.clone(self)))
+    with grad_mode.no_grad():
+        result = fn(self)
+    self._data.copy_from(result._data.astype(self.dtype))
     return self
 
 

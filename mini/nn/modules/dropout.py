@@ -37,7 +37,8 @@ def dropout(x, p=0.5, training=True):
 
 
 class Dropout(Module):
-    """Inverted dropout with probability ``p``; the identity in eval mode."""
+    """Inverted dropout with probability ``p``; the identity in eval mode (``F.dropout``:
+    the ``05.dropout`` slot)."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
@@ -47,6 +48,9 @@ class Dropout(Module):
         self.inplace = inplace
 
     def forward(self, input: Tensor) -> Tensor:
+        if self.inplace:
+            from mini.nn import functional as F
+            return F.dropout(input, self.p, self.training, inplace=True)
         return dropout(input, self.p, self.training)
 
     def extra_repr(self) -> str:

@@ -97,20 +97,70 @@ class BatchNormFunction(Function):
                                               training, momentum, eps)
         ctx.batch_stats = bool(training or running_mean is None)
         ctx.x_hat, ctx.inv_std, ctx.weight = x_hat, inv_std, weight
+        _keep_for_double_backward(ctx, x, weight, bias, running_mean, running_var, eps)
         return y
 
     @staticmethod
     def backward(ctx, g):
-        with grad_mode.no_grad():
-            if ctx.batch_stats:
-                gx, gw, gb = batchnorm_backward(g, ctx.x_hat, ctx.inv_std, ctx.weight)
-            else:  # eval: mean and variance are constants, the map is affine per channel
-                gx = g * (ctx.weight * ctx.inv_std)
-                gw = (g * ctx.x_hat).sum(dim=0)
-                gb = g.sum(dim=0)
         need = ctx.needs_input_grad
+        if grad_mode.is_grad_enabled():  # create_graph: gradients that have a graph
+            gx, gw, gb = _batch_norm_grads_with_graph(ctx, g)
+        else:
+            gx, gw, gb = _batch_norm_grads(ctx.batch_stats, g, ctx.x_hat, ctx.inv_std, ctx.weight)
         return (gx if need[0] else None, gw if need[1] else None, gb if need[2] else None,
                 None, None, None, None, None)
+
+
+def _batch_norm_grads(batch_stats, g, x_hat, inv_std, weight):
+    """Gradients for input, weight and bias of [M, C] batch norm, from the saved x_hat and
+    inv_std: the ``05.batchnorm_backward`` slot with batch statistics; in eval the map is
+    affine per channel (mean and variance are constants)."""
+    if batch_stats:
+        return batchnorm_backward(g, x_hat, inv_std, weight)
+    return g * (weight * inv_std), (g * x_hat).sum(dim=0), g.sum(dim=0)
+
+
+def _keep_for_double_backward(ctx, x, weight, bias, running_mean, running_var, eps) -> None:
+    # A gradient taken with create_graph must depend on x: x_hat and inv_std were computed
+    # without a graph, so the backward recomputes them from x.  (saved_* attributes are
+    # freed with the node's saved tensors.)
+    ctx.saved_bn_inputs = (x, x._version, weight, bias, running_mean, running_var, eps)
+
+
+def _batch_norm_grads_with_graph(ctx, g):
+    """The backward under ``create_graph``: x_hat and inv_std recomputed with a graph by
+    the ``05.batchnorm_forward`` slot (batch or running statistics, as in the forward; it
+    updates nothing here), then the same gradient formulas, recorded, so the gradients can
+    be differentiated again (a second derivative through batch norm)."""
+    inputs = getattr(ctx, "saved_bn_inputs", None)
+    if inputs is None:
+        raise RuntimeError("Trying to backward through batch norm a second time: its saved "
+                           "tensors were freed; use retain_graph=True")
+    x, version, weight, bias, running_mean, running_var, eps = inputs
+    if x._version != version:
+        raise RuntimeError("one of the variables needed for gradient computation has been "
+                           "modified by an inplace operation: the input of batch norm")
+    x2 = x if x.ndim == 2 else _channels_last(x)
+    stats = (None, None) if ctx.batch_stats else (running_mean, running_var)
+    _, x_hat, inv_std = batchnorm_forward(x2, *stats, weight, bias, False, 0.0, eps)
+    g2 = g if g.ndim == 2 else _channels_last(g)
+    gx, gw, gb = _batch_norm_grads(ctx.batch_stats, g2, x_hat, inv_std, weight)
+    if x.ndim != 2:
+        gx = _channels_first(gx, tuple(x.shape))
+    return gx, gw, gb
+
+
+def _channels_last(t):
+    """[N, C, *] as [M, C]: channels last, every other dimension in the rows."""
+    perm = (0,) + tuple(range(2, t.ndim)) + (1,)
+    return t.permute(*perm).reshape(-1, t.shape[1])
+
+
+def _channels_first(t2, shape):
+    """The inverse of :func:`_channels_last` for an [N, C, *] ``shape``."""
+    moved = (shape[0],) + tuple(shape[2:]) + (shape[1],)
+    inv = [0, len(shape) - 1] + list(range(1, len(shape) - 1))
+    return t2.reshape(*moved).permute(*inv)
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -132,23 +182,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 def _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps):
     """batch_norm on the two slots (BatchNormFunction); while they run mini's reference, a
     fused fast path replaces this (mini/ops/fast_paths.py)."""
-    c = input.shape[1]
     # channels last, everything else in rows: [M, C]
-    if input.ndim == 2:
-        x2 = input
-    else:
-        perm = (0,) + tuple(range(2, input.ndim)) + (1,)
-        moved = input.permute(*perm)
-        x2 = moved.reshape(-1, c)
+    x2 = input if input.ndim == 2 else _channels_last(input)
     y2 = BatchNormFunction.apply(x2, weight, bias, running_mean, running_var, training,
                                  momentum, eps)
-    if input.ndim == 2:
-        return y2
-    y = y2.reshape(*moved.shape)
-    inv = [0] * input.ndim
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return y.permute(*inv)
+    return y2 if input.ndim == 2 else _channels_first(y2, tuple(input.shape))
 
 
 class _BatchNorm(Module):
