@@ -281,7 +281,7 @@ class NDArray:
             if a.shape == b.shape and dt is b.dtype and dt.is_floating_point \
                     and op not in _COMPARISONS:
                 # the common case: same shape and float dtype, nothing to broadcast or cast
-                return NDArray.make(dev.ewise(op, a, b, dt.np), a.shape, dev, dt)
+                return _make(dev.ewise(op, a, b, dt.np), a.shape, dev, dt)
             if a.shape != b.shape:
                 shape = _broadcast_or_raise(op, a.shape, b.shape)
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
@@ -302,8 +302,7 @@ class NDArray:
         out_dtype = self.dtype
         if out_dtype.is_floating_point and op not in _COMPARISONS:  # the common case
             dev = self.storage.device
-            return NDArray.make(dev.scalar(op, self, s, out_dtype.np, reverse), self.shape, dev,
-                                out_dtype)
+            return _make(dev.scalar(op, self, s, out_dtype.np, reverse), self.shape, dev, out_dtype)
         if op in _COMPARISONS:
             out_dtype = bool_
         elif not self.dtype.is_floating_point and (isinstance(s, float) or op == "div"):
@@ -379,6 +378,7 @@ class NDArray:
         return NDArray.make(device.from_numpy(src.to_numpy_view(), self.dtype.np), self.shape, device)
 
 
+_make = NDArray.make
 _COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
 _FLOAT_RESULT = {"exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "erf"}
 
