@@ -22,8 +22,8 @@ from grader.checks import check
 from grader.checks.helpers import (CheckFailed, call, describe, describe_exception,
                                    expect_choice, expect_float, fail, rng)
 
-# Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
-# for its test cells (100 in all for the chapter).
+# Points, the one source: `mini-course build` prices the notebook's test cells and its
+# "What you build" table from this dict (100 in all for the chapter).
 POINTS = {
     "02.add_vjp": 2,
     "02.mul_vjp": 4,

@@ -21,8 +21,8 @@ from grader.checks import check
 from grader.checks.helpers import (call, call_text, describe, describe_exception, expect_choice,
                                    expect_float, expect_int, fail, rng)
 
-# Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
-# for its test cells (100 in all for the chapter).
+# Points, the one source: `mini-course build` prices the notebook's test cells and its
+# "What you build" table from this dict (100 in all for the chapter).
 POINTS = {
     "05.parameters": 8,
     "05.kaiming_init": 6,
