@@ -318,13 +318,7 @@ class Function(metaclass=FunctionMeta):
         # and at ctx._arg_meta (shape, dtype of each input) to reduce broadcast gradients
         node.needs_input_grad = tuple(needs)
         node._arg_meta = meta
-        _GRAD[0] = False  # (what _forward does, inlined on the hottest path: grad mode is on)
-        try:
-            out = cls.forward(node, *args, **kwargs)
-        finally:
-            _GRAD[0] = True
-        if not isinstance(out, Tensor):
-            _bad_output(cls, out)
+        out = _forward(cls, node, args, kwargs)
         for a in args:
             if out is a:
                 out = Tensor._wrap(out._data)  # never rewrite the history of an input returned as is
