@@ -221,9 +221,10 @@ def slots() -> dict[str, SlotInfo]:
 #     implementation is registered and the reference is not a release stub; the same holds
 #     for every other slot its result depends on (``also``).  A student's code is never
 #     bypassed, and an exercise not done yet is never done for the student;
-#   * only while fast paths are active: no op observer is installed (the profiler, a graph
-#     tracer: they see the ops the program wrote), no forward-mode AD level is open (fused
-#     Functions have no jvp), and they are not switched off (``fast_paths(False)``);
+#   * only while fast paths are active: no op observer is watching (the profiler, a graph
+#     tracer: they see the ops the program wrote; inside an op they observe, which they do
+#     not look into, its implementation may use fast paths), no forward-mode AD level is
+#     open (fused Functions have no jvp), and they are not switched off (``fast_paths(False)``);
 #   * one registered for a device (``device="cpu"``: a native kernel) runs only for tensors
 #     on that device; ``device="numpy"`` is the portable reference and has none;
 #   * it returns NotImplemented for inputs it does not handle, and the reference runs.
@@ -264,19 +265,25 @@ def fast_path(target: str, *, device: str | None = None, also: tuple = ()):
 
 def has_fast_path(name: str, *, slots: tuple = ()):
     """Mark the decorated function (an op built on ``slots`` that is not a slot itself) as
-    one that a registered fast path may replace, under the same rule as a slot's."""
+    one that a registered fast path may replace, under the same rule as a slot's (and, like
+    a slot, ``fn.on(device)(...)`` for numpy arguments)."""
     def decorate(fn: Callable) -> Callable:
         built_on = _DECLARED_POINTS[name] = tuple(slots)
         fast = _FAST_PATHS.setdefault(name, [])
 
-        @functools.wraps(fn)
-        def dispatch(*args, **kwargs):
+        def run(device, args, kwargs):
             if fast:
-                out = _try_fast_paths(fast, None, args, kwargs, built_on)
+                out = _try_fast_paths(fast, device, args, kwargs, built_on)
                 if out is not NotImplemented:
                     return out
             return fn(*args, **kwargs)
+
+        @functools.wraps(fn)
+        def dispatch(*args, **kwargs):
+            return run(None, args, kwargs)
+
         dispatch.reference = fn
+        dispatch.on = lambda device: lambda *args, **kwargs: run(device, args, kwargs)
         return dispatch
     return decorate
 

@@ -357,46 +357,63 @@ class MaxPool2dFunction(Function):
     @staticmethod
     def forward(ctx, x, kernel_size, stride, padding, dilation=(1, 1), extra=(0, 0), out=None,
                 sink=None):
-        a = _np(x)
-        n, c, h, w = a.shape
-        (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
-        (dh, dw), (eh, ew) = dilation, extra
-        ho, wo = out
-        if ph or pw or eh or ew:
-            a = np.pad(a, ((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), constant_values=-np.inf)
-        a = np.asarray(a, order="C")
-        s0, s1, s2, s3 = a.strides
-        win = np.lib.stride_tricks.as_strided(
-            a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw),
-            writeable=False).reshape(n, c, ho, wo, kh * kw)
-        arg = win.argmax(axis=-1)
-        ctx.arg = arg
-        ctx.geom = (n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo)
-        ctx.dilation_extra = (dh, dw, eh, ew)
+        geom = (kernel_size, stride, padding, dilation, extra, out)
+        values, arg = max_pool2d_windows.on(x.device)(_np(x), *geom)
+        ctx.arg, ctx.x_shape, ctx.pool_geom = arg, tuple(x.shape), geom
         if sink is not None:
             sink.append(arg)
-        return _wrap(np.take_along_axis(win, arg[..., None], axis=-1)[..., 0], x)
+        return _wrap(values, x)
 
     @staticmethod
     def backward(ctx, g):
-        n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = ctx.geom
-        dh, dw, eh, ew = ctx.dilation_extra
-        gn = _np(g)
-        if (sh, sw) == (kh, kw) and not (ph or pw or eh or ew) and (dh, dw) == (1, 1) \
-                and h == ho * kh and w == wo * kw:
-            # windows that tile the input exactly: each input pixel receives the gradient of
-            # at most one window, placed at the window's argmax in one scatter (the values
-            # are those of the general loop below: nothing is summed)
-            out = np.zeros((n, c, ho, wo, kh * kw), dtype=gn.dtype)
-            np.put_along_axis(out, ctx.arg[..., None], gn[..., None], axis=-1)
-            out = out.reshape(n, c, ho, wo, kh, kw).transpose(0, 1, 2, 4, 3, 5)
-            return _wrap(out.reshape(n, c, h, w), g), None, None, None
-        out = np.zeros((n, c, h + 2 * ph + eh, w + 2 * pw + ew), dtype=gn.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                hit = ctx.arg == i * kw + j  # the gradient goes to the max of each window
-                out[:, :, i * dh:i * dh + sh * ho:sh, j * dw:j * dw + sw * wo:sw] += np.where(hit, gn, 0)
-        return _wrap(out[:, :, ph:ph + h, pw:pw + w], g), None, None, None
+        gx = max_pool2d_grad.on(g.device)(_np(g), ctx.arg, ctx.x_shape, *ctx.pool_geom)
+        return _wrap(gx, g), None, None, None
+
+
+@has_fast_path("max_pool2d")
+def max_pool2d_windows(a: np.ndarray, kernel_size, stride, padding, dilation, extra, out):
+    """Max pooling of the numpy array ``a`` [N, C, H, W] (all geometry arguments pairs;
+    ``extra``: the -inf rows/columns ceil_mode adds at the bottom/right; ``out``: (Ho, Wo)).
+    Returns ``(values, arg)``, both [N, C, Ho, Wo]: each window's maximum and its position
+    in the window, ``p * kw + q`` (the first maximum, as argmax finds it).  On device="cpu"
+    a C++ kernel stands in (mini/ops/fast_paths.py)."""
+    n, c, h, w = a.shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    (dh, dw), (eh, ew), (ho, wo) = dilation, extra, out
+    if ph or pw or eh or ew:
+        a = np.pad(a, ((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), constant_values=-np.inf)
+    a = np.asarray(a, order="C")
+    s0, s1, s2, s3 = a.strides
+    win = np.lib.stride_tricks.as_strided(
+        a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw),
+        writeable=False).reshape(n, c, ho, wo, kh * kw)
+    arg = win.argmax(axis=-1)
+    return np.take_along_axis(win, arg[..., None], axis=-1)[..., 0], arg
+
+
+@has_fast_path("max_pool2d_backward")
+def max_pool2d_grad(gn: np.ndarray, arg: np.ndarray, x_shape, kernel_size, stride, padding,
+                    dilation, extra, out) -> np.ndarray:
+    """The gradient of :func:`max_pool2d_windows`: each output's gradient ``gn`` [N, C, Ho,
+    Wo] goes to the input pixel at its window position ``arg``; returns [N, C, H, W]."""
+    n, c, h, w = x_shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    (dh, dw), (eh, ew), (ho, wo) = dilation, extra, out
+    if (sh, sw) == (kh, kw) and not (ph or pw or eh or ew) and (dh, dw) == (1, 1) \
+            and h == ho * kh and w == wo * kw:
+        # windows that tile the input exactly: each input pixel receives the gradient of
+        # at most one window, placed at the window's argmax in one scatter (the values
+        # are those of the general loop below: nothing is summed)
+        grad = np.zeros((n, c, ho, wo, kh * kw), dtype=gn.dtype)
+        np.put_along_axis(grad, arg[..., None], gn[..., None], axis=-1)
+        grad = grad.reshape(n, c, ho, wo, kh, kw).transpose(0, 1, 2, 4, 3, 5)
+        return grad.reshape(n, c, h, w)
+    grad = np.zeros((n, c, h + 2 * ph + eh, w + 2 * pw + ew), dtype=gn.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            hit = arg == i * kw + j  # the gradient goes to the max of each window
+            grad[:, :, i * dh:i * dh + sh * ho:sh, j * dw:j * dw + sw * wo:sw] += np.where(hit, gn, 0)
+    return grad[:, :, ph:ph + h, pw:pw + w]
 
 
 def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1,

@@ -163,5 +163,3 @@ def randperm(n, dtype=None, device=None) -> Tensor:
 def numel(t) -> int:
     return math.prod(t.shape)
 
-
-from mini.backends.device import device  # noqa: E402,F401  (mini.device("cpu"): a backend)

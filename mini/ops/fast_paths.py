@@ -309,9 +309,11 @@ def conv2d_as_one_function(input, weight, bias, kernel_size, stride, padding):
 
 # ---------------------------------------------------------------------------------------
 # Native kernels of the cpu backend (device="cpu" only; numpy arrays in and out, like the
-# slots they replace).  The conv kernels build each image's columns a few rows at a time
-# in cache instead of the whole im2col matrix (benchmarks/bench_cpu_kernels.py); they sum
-# in another order than im2col + matmul: equal to float rounding.
+# slots and functions they replace).  The conv kernels build each image's columns a few rows
+# at a time in cache instead of the whole im2col matrix (benchmarks/bench_cpu_kernels.py);
+# they sum in another order than im2col + matmul: equal to float rounding.  Max pooling
+# finds the same maxima and positions as numpy's argmax; its gradient is the same except
+# where overlapping windows add several gradients onto one pixel (another order).
 
 def _cpu_kernel(name: str):
     """The cpu backend, if its extension has the kernel ``name`` (an extension built
@@ -387,3 +389,31 @@ def compact_native(buffer, shape, strides, offset):
     if out.size:
         be.ext.compact(buffer, list(shape), list(strides), offset, out)
     return out
+
+
+@fast_path("max_pool2d", device="cpu")
+def max_pool2d_native(a, kernel_size, stride, padding, dilation, extra, out):
+    be = _cpu_kernel("max_pool2d_forward")
+    if be is None or not _float_arrays(a):
+        return NotImplemented
+    n, c, h, w = a.shape
+    ho, wo = out
+    values = np.empty(n * c * ho * wo, a.dtype)   # numpy results, as the reference's
+    arg = np.empty(n * c * ho * wo, np.int64)
+    # the extra rows/columns of ceil_mode are taps past the input: -inf, as padding is
+    be.ext.max_pool2d_forward(np.ascontiguousarray(a).reshape(-1), [n, c, h, w], list(kernel_size),
+                              list(stride), list(padding), list(dilation), [ho, wo], values, arg)
+    return values.reshape(n, c, ho, wo), arg.reshape(n, c, ho, wo)
+
+
+@fast_path("max_pool2d_backward", device="cpu")
+def max_pool2d_grad_native(gn, arg, x_shape, kernel_size, stride, padding, dilation, extra, out):
+    be = _cpu_kernel("max_pool2d_backward")
+    if be is None or not _float_arrays(gn) or arg.dtype != np.int64:
+        return NotImplemented
+    grad = np.empty(int(np.prod(x_shape)), gn.dtype)
+    be.ext.max_pool2d_backward(np.ascontiguousarray(gn).reshape(-1),
+                               np.ascontiguousarray(arg).reshape(-1), list(x_shape),
+                               list(kernel_size), list(stride), list(padding), list(dilation),
+                               list(out), grad)
+    return grad.reshape(x_shape)

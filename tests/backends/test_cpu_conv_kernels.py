@@ -16,16 +16,7 @@ from hypothesis import given, settings, strategies as st
 import mini
 from mini import exercises
 from mini.backends import get_backend
-from mini.backends.cpu import build_info
 from mini.ops import conv as conv_ops
-
-
-@pytest.fixture(scope="module")
-def ext():
-    module = build_info.load_extension()
-    if module is None:
-        pytest.fail(build_info.import_error())
-    return module
 
 
 def _windows(x, kh, kw, sh, sw, ph, pw):

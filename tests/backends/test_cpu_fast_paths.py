@@ -17,18 +17,9 @@ import pytest
 
 import mini
 from mini import exercises
-from mini.backends.cpu import build_info
 from mini.ops import conv as conv_ops
 
 DTYPES = [np.float32, np.float64]
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    module = build_info.load_extension()
-    if module is None:
-        pytest.fail(build_info.import_error())
-    return module
 
 
 def _view(buf, offset, shape, strides):
