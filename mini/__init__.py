@@ -28,13 +28,14 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Higher layers load on first use, so `import mini` stays fast.
     import importlib
-    if name in ("nn", "optim", "utils", "napkin", "distributed"):
+    if name in ("nn", "optim", "utils", "napkin", "distributed", "cuda"):
         try:
             return importlib.import_module(f"mini.{name}")
         except ModuleNotFoundError as e:
             if e.name != f"mini.{name}":
                 raise
-            # the distributed package is built in chapter 06: say so, not a bare import error
+            # a package built in a later chapter: say so, not a bare import error
+            chapter = {"cuda": "04"}.get(name, "06")
             raise AttributeError(f"module 'mini' has no attribute {name!r} (mini.{name} arrives "
-                                 f"with chapter 06)") from None
+                                 f"with chapter {chapter})") from None
     raise AttributeError(f"module 'mini' has no attribute {name!r}")

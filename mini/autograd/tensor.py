@@ -318,14 +318,20 @@ class Tensor:
 
     def cpu(self) -> "Tensor":
         """This tensor on device ``cpu`` (mini's default device): itself when it is there
-        already, else a differentiable copy (``t.to("cpu")``)."""
+        already, else a differentiable copy (``t.to("cpu")``), as in PyTorch."""
         return self.to("cpu")
+
+    def cuda(self) -> "Tensor":
+        """This tensor on the cuda device (a GPU, or mini's CUDA emulator)."""
+        return self.to("cuda")
 
     @property
     def is_cpu(self) -> bool:
         return self._data.storage.device is get_backend("cpu")
 
-    is_cuda = False
+    @property
+    def is_cuda(self) -> bool:
+        return self._data.storage.device.name == "cuda"
 
 
 class Size(tuple):

@@ -1,13 +1,13 @@
 """Backends own the buffers and run the primitive kernels of NDArray.
 
-Two devices, one buffer format (flat, 64-byte aligned numpy arrays, so moving between them
-is a plain copy):
+Three devices, one buffer format (flat numpy arrays, so moving between them is a plain copy):
 
 - ``cpu``, the default, as in PyTorch: C++/OpenMP kernels built with the package (see
   ``mini/backends/cpu``).  A script that names no device runs here.
 - ``numpy``: the portable reference, every kernel written with numpy.  The chapters that
   teach how a backend works select it by name (``device="numpy"``,
   ``mini.set_default_device("numpy")``).
+- ``cuda``: CUDA kernels, on a GPU or on mini's CUDA emulator (see ``mini/backends/cuda``).
 
 When the C++ kernels could not be built (no compiler at install time), the name ``cpu``
 falls back to the numpy backend and mini says so once, with a RuntimeWarning: everything
@@ -66,9 +66,11 @@ def _make_backend(kind: str):
                           RuntimeWarning, stacklevel=4)
         return get_backend("numpy")
     if kind == "cuda":
-        raise RuntimeError("device 'cuda' is not available in this build of mini; use "
-                           "device='cpu' (the default) or 'numpy'")
-    raise RuntimeError(f"unknown device {kind!r}; mini has 'cpu' (the default) and 'numpy'")
+        # CUDA kernels: on an NVIDIA GPU, or else on mini's CPU emulator (says so once)
+        from mini.backends.cuda.backend import CudaBackend
+        return CudaBackend()
+    raise RuntimeError(f"unknown device {kind!r}; mini has 'cpu' (the default), 'numpy' and "
+                       f"'cuda'")
 
 
 def set_default_device(name) -> None:

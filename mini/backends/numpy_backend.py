@@ -154,9 +154,12 @@ class NumpyBackend(device):
     name = "numpy"
     kernels_name = "numpy"
 
+    # Buffers are ordinary host memory: numpy may allocate small outputs itself (see
+    # ewise).  A device whose buffers are its own allocations (cuda) says False.
+    host_buffers = True
+
     # --- buffers -------------------------------------------------------------
-    def empty(self, size: int, np_dtype) -> np.ndarray:
-        return aligned_empty(size, np_dtype)
+    empty = staticmethod(aligned_empty)   # (size, np_dtype) -> a flat, aligned, counted buffer
 
     def from_numpy(self, array: np.ndarray, np_dtype) -> np.ndarray:
         array = np.asarray(array)
@@ -184,39 +187,39 @@ class NumpyBackend(device):
     # case) go to the flat kernels below (``ewise_flat``, ``scalar_flat``, ``unary_flat``:
     # what a subclass replaces with native code); any other view goes to numpy through its
     # numpy view, strides included, no copy.  Outputs that fit in one cache line are
-    # allocated by numpy's ufunc itself: alignment buys nothing there, and a kernel call
-    # costs more than the loop (counted all the same).
+    # allocated by numpy's ufunc itself (host buffers only): alignment buys nothing there,
+    # and a kernel call costs more than the loop (counted all the same).
     def ewise(self, op: str, a, b, out_np_dtype) -> np.ndarray:
         fa, fb = a._flat, b._flat
         if fa is None or fb is None:
-            out = aligned_empty(a.size, out_np_dtype)
+            out = self.empty(a.size, out_np_dtype)
             BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
             return out
-        if a.size * out_np_dtype.itemsize <= ALIGNMENT:
+        if a.size * out_np_dtype.itemsize <= ALIGNMENT and self.host_buffers:
             out = BINARY[op](fa, fb)
             _TOTAL.count += 1           # _count_allocation(out.nbytes), inlined
             _TOTAL.bytes += out.nbytes
             if _TRACKERS:
                 _count_trackers(out.nbytes)
             return out
-        out = aligned_empty(a.size, out_np_dtype)
+        out = self.empty(a.size, out_np_dtype)
         self.ewise_flat(op, fa, fb, out)
         return out
 
     def scalar(self, op: str, a, s, out_np_dtype, reverse: bool = False) -> np.ndarray:
         x = a._flat
         if x is None:
-            out = aligned_empty(a.size, out_np_dtype)
+            out = self.empty(a.size, out_np_dtype)
             x, o = a.to_numpy_view(), out.reshape(a.shape)
             s = _scalar_operand(s, x, op)
             BINARY[op](s, x, out=o) if reverse else BINARY[op](x, s, out=o)
             return out
-        out = aligned_empty(a.size, out_np_dtype)
+        out = self.empty(a.size, out_np_dtype)
         self.scalar_flat(op, x, s, out, reverse)
         return out
 
     def unary(self, op: str, a) -> np.ndarray:
-        out = aligned_empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
+        out = self.empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
         x = a._flat
         if x is None:
             UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))

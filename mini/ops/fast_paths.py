@@ -368,6 +368,22 @@ def im2col_native(x, kernel_size, stride, padding):
     return out.reshape(n * ho * wo, c * kh * kw)
 
 
+@fast_path("04.im2col", device="cuda", also=("04.im2col_view",))
+def im2col_cuda(x, kernel_size, stride, padding):
+    """The cuda device's im2col kernel (float32), on the device's own buffer: ``x`` is the
+    numpy view of a compact cuda tensor's memory."""
+    from mini.backends import get_backend
+    be = get_backend("cuda")
+    if x.dtype != np.float32 or not x.flags.c_contiguous or not hasattr(be, "im2col"):
+        return NotImplemented
+    n, c, h, w = x.shape
+    kh, kw = kernel_size
+    ho = (h + 2 * padding[0] - kh) // stride[0] + 1
+    wo = (w + 2 * padding[1] - kw) // stride[1] + 1
+    cols = be.im2col(NDArray.make(x.reshape(-1), x.shape, be), kernel_size, stride, padding)
+    return cols.reshape(n * ho * wo, c * kh * kw)
+
+
 @fast_path("04.col2im", device="cpu")
 def col2im_native(cols, x_shape, kernel_size, stride, padding):
     be = _cpu_kernel("col2im")
