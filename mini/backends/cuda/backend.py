@@ -50,6 +50,7 @@ class EmulatedDeviceWarning(UserWarning):
 class CudaBackend(NumpyBackend):
     name = "cuda"
     kernels_name = "cuda"
+    host_buffers = False    # every buffer is a managed allocation (see empty)
 
     def __init__(self):
         from mini.backends.cuda import build, kernels
