@@ -9,6 +9,7 @@ from __future__ import annotations
 import numbers
 
 from mini.autograd import grad_mode
+from mini.autograd.function import observed
 from mini.autograd.tensor import Tensor
 from mini.ops import elementwise as E
 from mini.ops import shape as SH
@@ -62,12 +63,15 @@ def _inplace_binary(op_name, fn):
     return method
 
 
-add_ = _inplace_binary("add", E.add)
-sub_ = _inplace_binary("sub", E.sub)
-mul_ = _inplace_binary("mul", E.mul)
-div_ = _inplace_binary("div", E.div)
+# In-place ops do not go through Function.apply (without a graph they write the buffer
+# directly): ``observed`` shows each of them to the op observer.
+add_ = observed(_inplace_binary("add", E.add))
+sub_ = observed(_inplace_binary("sub", E.sub))
+mul_ = observed(_inplace_binary("mul", E.mul))
+div_ = observed(_inplace_binary("div", E.div))
 
 
+@observed
 def pow_(self, exponent):
     if _check_inplace(self, exponent):
         return _write_back(self, E.pow(SH.clone(self), exponent))
@@ -76,6 +80,7 @@ def pow_(self, exponent):
     return self
 
 
+@observed
 def clamp_(self, min=None, max=None):
     if _check_inplace(self):
         # clamp saves its input for backward: give it a recorded copy (see _inplace_binary)
@@ -97,6 +102,7 @@ def apply_(self, fn):
     return self
 
 
+@observed
 def copy_(self, src):
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_: expected a Tensor source, got {type(src).__name__}")
@@ -106,6 +112,7 @@ def copy_(self, src):
     return self
 
 
+@observed
 def fill_(self, value):
     if isinstance(value, Tensor):
         value = value.item()
@@ -116,10 +123,12 @@ def fill_(self, value):
     return self
 
 
+@observed
 def zero_(self):
     return fill_(self, 0)
 
 
+@observed
 def setitem(self, key, value):
     if isinstance(key, Tensor):
         key = key._data.to_numpy_view() if key.dtype.name == "bool" else key
@@ -134,6 +143,7 @@ def setitem(self, key, value):
     return None
 
 
+@observed
 def uniform_(self, a: float = 0.0, b: float = 1.0):
     with grad_mode.no_grad():
         values = _random.generator().uniform(a, b, size=tuple(self.shape))
@@ -141,6 +151,7 @@ def uniform_(self, a: float = 0.0, b: float = 1.0):
     return self
 
 
+@observed
 def normal_(self, mean: float = 0.0, std: float = 1.0):
     with grad_mode.no_grad():
         values = _random.generator().normal(mean, std, size=tuple(self.shape))

@@ -18,20 +18,14 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
-
-from mini import exercises as _exercises
-from mini.autograd import forward_ad as _fw
 from mini.autograd import grad_mode
 from mini.autograd.function import Function
 from mini.autograd.tensor import Tensor
-from mini.exercises import exercise
+from mini.exercises import exercise, has_fast_path
 from mini.nn import init
 from mini.nn.module import Module
 from mini.nn.parameter import Parameter
-from mini.ndarray import NDArray
 from mini.ops import creation as _C
-from mini.utils import profiler as _profiler
 
 __all__ = ["batchnorm_forward", "batchnorm_backward", "layernorm", "batch_norm", "layer_norm",
            "BatchNormFunction", "BatchNorm1d", "BatchNorm2d", "LayerNorm"]
@@ -169,108 +163,6 @@ def _channels_first(t2, shape):
     return t2.reshape(*moved).permute(*inv)
 
 
-class FusedBatchNormFunction(Function):
-    """Batch normalisation of [N, C, *] over every dimension but 1, done directly on the
-    numpy buffers in one Function: the non-slot fast path of :func:`batch_norm`.  It runs
-    only while both ``05.batchnorm_forward`` and ``05.batchnorm_backward`` run mini's own
-    reference (see :func:`_fused_batch_norm_applies`), so a student's implementation is never
-    bypassed.  Same formulas as the slots, the reductions are numpy's over (0, 2, ...)
-    instead of over the rows of the [M, C] view: results agree to float rounding."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
-        a = x._data.to_numpy_view()
-        f = a.dtype.type
-        c = a.shape[1]
-        axes = (0,) + tuple(range(2, a.ndim))
-        bshape = (1, c) + (1,) * (a.ndim - 2)
-        m = a.size // c if c else 0
-        batch_stats = bool(training or running_mean is None)
-        if batch_stats:
-            if m < 2 and training:
-                raise ValueError(f"Expected more than 1 value per channel when training, got "
-                                 f"input of shape {(m, c)}")
-            mean = a.mean(axis=axes)
-            xc = a - mean.reshape(bshape)
-            var = (xc * xc).mean(axis=axes)
-            if training and running_mean is not None:
-                # the slot's update, with the running statistics' own in-place ops (they
-                # bump the version counters)
-                dev = x._data.storage.device
-                running_mean.mul_(1 - momentum).add_(
-                    Tensor._wrap(NDArray.from_numpy(mean * f(momentum), dev)))
-                running_var.mul_(1 - momentum).add_(
-                    Tensor._wrap(NDArray.from_numpy(var * f(momentum * m / (m - 1)), dev)))
-        else:
-            mean = running_mean._data.to_numpy_view()
-            var = running_var._data.to_numpy_view()
-            xc = a - mean.reshape(bshape)
-        inv_std = f(1.0) / np.sqrt(var + f(eps))
-        x_hat = xc
-        x_hat *= inv_std.reshape(bshape)
-        w = weight._data.to_numpy_view()
-        y = x_hat * w.reshape(bshape)
-        y += bias._data.to_numpy_view().reshape(bshape)
-        ctx.fused = (batch_stats, x_hat, inv_std, w, axes, bshape, m)
-        ctx.batch_stats = batch_stats
-        _keep_for_double_backward(ctx, x, weight, bias, running_mean, running_var, eps)
-        return Tensor._wrap(NDArray.from_numpy(y, x._data.storage.device))
-
-    @staticmethod
-    def backward(ctx, g):
-        if grad_mode.is_grad_enabled():  # create_graph: gradients that have a graph
-            need = ctx.needs_input_grad
-            gx, gw, gb = _batch_norm_grads_with_graph(ctx, g)
-            return (gx if need[0] else None, gw if need[1] else None, gb if need[2] else None,
-                    None, None, None, None, None)
-        batch_stats, x_hat, inv_std, w, axes, bshape, m = ctx.fused
-        gn = g._data.to_numpy_view()
-        need = ctx.needs_input_grad
-        gw = (gn * x_hat).sum(axis=axes) if need[1] else None
-        gb = gn.sum(axis=axes) if need[2] else None
-        gx = None
-        if need[0]:
-            if batch_stats:
-                gg = gn * w.reshape(bshape)
-                f = gg.dtype.type
-                gx = gg * f(m)
-                gx -= gg.sum(axis=axes).reshape(bshape)
-                gx -= x_hat * (gg * x_hat).sum(axis=axes).reshape(bshape)
-                gx *= (inv_std / f(m)).reshape(bshape)
-            else:
-                gx = gn * (w * inv_std).reshape(bshape)
-        dev = g._data.storage.device
-        wrap = lambda a: None if a is None else Tensor._wrap(NDArray.from_numpy(a, dev))
-        return wrap(gx), wrap(gw), wrap(gb), None, None, None, None, None
-
-
-FUSED_BATCH_NORM = True
-
-
-def _fused_batch_norm_applies(input, weight, bias, running_mean, running_var) -> bool:
-    """The fused path replaces the two slots only when both run mini's reference, no
-    profiler counts the ops, no forward-mode AD level is open, and every tensor is a float
-    tensor of one dtype on one device."""
-    if not FUSED_BATCH_NORM or _profiler._ACTIVE or _fw._LEVEL[0]:
-        return False
-    if not (_exercises.runs_reference("05.batchnorm_forward")
-            and _exercises.runs_reference("05.batchnorm_backward")):
-        return False
-    d = input._data
-    dt, dev = d.storage.data.dtype, d.storage.device
-    if dt.kind != "f":
-        return False
-    for t in (weight, bias, running_mean, running_var):
-        if t is None:
-            continue
-        if not isinstance(t, Tensor):
-            return False
-        td = t._data
-        if td.storage.data.dtype != dt or td.storage.device is not dev or td.shape != (d.shape[1],):
-            return False
-    return True
-
-
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
     """``F.batch_norm``: normalise ``input`` [N, C, *] per channel (dimension 1)."""
@@ -282,12 +174,17 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         weight = _C.ones(c, dtype=input.dtype, device=input.device)
     if bias is None:
         bias = _C.zeros(c, dtype=input.dtype, device=input.device)
-    if _fused_batch_norm_applies(input, weight, bias, running_mean, running_var):
-        return FusedBatchNormFunction.apply(input, weight, bias, running_mean, running_var,
-                                            bool(training), momentum, eps)
+    return _batch_norm(input, running_mean, running_var, weight, bias, bool(training), momentum,
+                       eps)
+
+
+@has_fast_path("batch_norm", slots=("05.batchnorm_forward", "05.batchnorm_backward"))
+def _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    """batch_norm on the two slots (BatchNormFunction); while they run mini's reference, a
+    fused fast path replaces this (mini/ops/fast_paths.py)."""
     # channels last, everything else in rows: [M, C]
     x2 = input if input.ndim == 2 else _channels_last(input)
-    y2 = BatchNormFunction.apply(x2, weight, bias, running_mean, running_var, bool(training),
+    y2 = BatchNormFunction.apply(x2, weight, bias, running_mean, running_var, training,
                                  momentum, eps)
     return y2 if input.ndim == 2 else _channels_first(y2, tuple(input.shape))
 
