@@ -118,11 +118,24 @@ def omp_add(a, b):
 '''
 
 
-def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox():
-    """The student's function (C++ source inside) is pickled by value, sent to a fresh
-    subprocess, compiled there from the shared cache, and passes its check."""
-    from grader.sandbox import run_sandboxed
-    ns = {"__name__": "__main__"}
-    exec(compile(NOTEBOOK_STYLE, "<cell>", "exec"), ns)
-    verdict = run_sandboxed("04.omp_add", ns["omp_add"], timeout=120)
+def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox(tmp_path):
+    """The cell's text (C++ source inside) runs in the sandboxed worker with the chapter's
+    student copy of mini, is compiled there, and passes its check."""
+    from grader.checks import evaluate
+    from grader.checks.student import Student
+    from grader.course import default_mini_src
+    from grader.sandbox import Sandbox, SandboxUnavailable
+    from grader.solutions import strip_package
+    from grader.workerproc import WorkerBackend
+    try:
+        box = Sandbox.detect()
+    except SandboxUnavailable as e:
+        pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
+    strip_package(default_mini_src(), tmp_path / "mini", 4)
+    cells = [{"grade_id": "04_setup", "source": "import numpy as np\n"
+              "from mini.utils.cpp_extension import load_inline"},
+             {"grade_id": "04_omp_add_code", "source": NOTEBOOK_STYLE}]
+    with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240) as be:
+        be.begin_check()
+        verdict = evaluate("04.omp_add", Student(be, "04.omp_add", "omp_add"))
     assert verdict.passed, verdict.message
