@@ -319,6 +319,19 @@ def _fallback_targets(package_dir: Path, chapter: int) -> dict[Path, dict[str, s
     return out
 
 
+def fallback_functions(package_dir: str | Path, chapter: int) -> dict[str, list[str]]:
+    """``{slot: ["mini.module:function", ...]}``: the functions the package at ``package_dir``
+    registers as ``fallback=`` of chapter ``chapter``'s slots."""
+    package_dir = Path(package_dir)
+    out: dict[str, list[str]] = {}
+    for path, names in _fallback_targets(package_dir, chapter).items():
+        rel = path.relative_to(package_dir).with_suffix("")
+        parts = [package_dir.name] + [p for p in rel.parts if p != "__init__"]
+        for name, slot in names.items():
+            out.setdefault(slot, []).append(f"{'.'.join(parts)}:{name}")
+    return out
+
+
 def _drop_fallbacks(source: str, path: str, chapter: int) -> str:
     """``source`` with ``fallback=...`` removed from chapter ``chapter``'s ``@exercise``."""
     tree = ast.parse(source, filename=path)

@@ -28,10 +28,15 @@ __all__ = ["main", "serve"]
 
 
 def _accessor(slot: str, how: str):
-    """What ``mini`` hands out for ``slot`` under the name ``how`` (for the release audit)."""
+    """What ``mini`` hands out for ``slot`` under the name ``how`` (for the release audit):
+    ``dispatch``, ``reference``, ``wrapped``, ``fallback``, ``slot_reference``, or
+    ``obj:module:name`` for a module-level function."""
     import importlib
 
     import mini.exercises as ex
+    if how.startswith("obj:"):
+        module_name, _, name = how[4:].partition(":")
+        return getattr(importlib.import_module(module_name), name, None)
     info = ex.slots()[slot]
     if how == "reference":
         return ex.reference(slot)
