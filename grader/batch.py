@@ -211,8 +211,9 @@ def normalize_metadata(nb, source) -> list[str]:
             want = by_id[gid]
             if meta != want:
                 cell.metadata["nbgrader"] = copy.deepcopy(want)
-                if {k: v for k, v in meta.items() if k != "checksum"} != \
-                        {k: v for k, v in want.items() if k != "checksum"}:
+                bookkeeping = ("checksum", "cell_type")   # added by nbgrader's release
+                if {k: v for k, v in meta.items() if k not in bookkeeping} != \
+                        {k: v for k, v in want.items() if k not in bookkeeping}:
                     changed.append(gid)
             continue
         m = implement.search(cell.get("source", ""))
