@@ -12,6 +12,6 @@ Layout:
 - :mod:`grader.solutions`  solution regions in mini and in notebooks; the student copy of mini.
 - :mod:`grader.course`     the nbgrader course directory (init/release/import/autograde/...).
 - :mod:`grader.cli`        ``mini-course``.
-- :mod:`grader.notebook_build` what the chapter notebook builders (``course/build_chNN_*.py``)
-                           share: cell factories, exercise cells, ``--check``.
+- :mod:`grader.notebook_build` ``mini-course build``: the chapter notebooks from their sources
+                           (``course/sources/NN_topic/*.md``, see ``course/AUTHORING.md``).
 """

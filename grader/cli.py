@@ -16,8 +16,9 @@ Learners and self-learners::
     mini-course workspace                        # workspace/NN_topic/ student notebooks
     mini-course check 03                         # run my notebook, table of what passes
 
-Maintainers::
+Authors and maintainers::
 
+    mini-course build [CHAPTER] [--check]        # course/NN_topic/*.ipynb from course/sources/
     mini-course sync-solutions [--check]         # notebook solution cells == mini's references
 
 Instructor commands take ``--course-dir DIR`` (default: ``$MINI_COURSE_DIR`` or the current
@@ -159,6 +160,36 @@ def _cmd_sync(a) -> int:
     return 0
 
 
+def _cmd_build(a) -> int:
+    from grader.course import default_course_src, resolve_chapter
+    from grader.notebook_build import SourceError, build_chapter, chapter_sources
+
+    course_src = Path(a.course_src).resolve() if a.course_src else default_course_src()
+    chapters = list(chapter_sources(course_src))
+    if not chapters:
+        raise CourseError(f"no chapter sources in {course_src / 'sources'}")
+    todo = [resolve_chapter(a.chapter, chapters)] if a.chapter else chapters
+    differing = []
+    for chapter in todo:
+        try:
+            differing += build_chapter(chapter, course_src, check=a.check)
+        except SourceError as e:
+            print(f"mini-course build: {e}", file=sys.stderr)
+            return 2
+    if a.check:
+        for path in differing:
+            print(f"out of date: {path.relative_to(course_src.parent)}")
+        if differing:
+            which = f" {todo[0][:2]}" if a.chapter else ""
+            print(f"the notebooks differ from their sources: run `mini-course build{which}`",
+                  file=sys.stderr)
+            return 1
+        print("every notebook is what its source builds")
+    elif not differing:
+        print("every notebook was up to date")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mini-course", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -230,6 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
                                          "path on stdout (progress goes to stderr)")
     s.add_argument("--dir", default=None, help="default: workspace/ at the repository root")
     s.set_defaults(func=_cmd_workspace)
+
+    s = sub.add_parser("build", help="build the chapter notebooks from their sources "
+                                     "(course/sources/NN_topic/*.md)")
+    s.add_argument("chapter", nargs="?", default=None, help="one chapter (default: all)")
+    s.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 when a notebook differs from a fresh build")
+    s.add_argument("--course-src", default=None,
+                   help="folder of chapters (default: the repository's course/)")
+    s.set_defaults(func=_cmd_build)
 
     s = sub.add_parser("sync-solutions", help="notebook solution cells := mini's references")
     s.add_argument("--check", action="store_true", help="only compare; exit 1 on differences")

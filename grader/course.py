@@ -446,13 +446,14 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
     A solution line is a stripped line of a reference region (or of a source notebook's
     solution region) of a chapter >= ``chapter``, at least 10 characters long, that does not
     also appear in what may legitimately ship (mini outside those regions; the source
-    notebook outside its solution and hidden-test regions).  Also flagged: the strings
-    ``BEGIN HIDDEN TESTS`` and ``run_check``.
+    notebook outside its solution and hidden-test regions).  Also flagged: the string
+    ``BEGIN HIDDEN TESTS``, and ``run_check`` anywhere but in a line that mini itself holds
+    outside its solution regions (``mini/notebook.py`` defines a ``run_check`` for students).
     """
     import nbformat
     from grader.solutions import BEGIN, END, _all_regions, notebook_regions
 
-    secret, allowed = set(), set()
+    secret, allowed, mini_lines = set(), set(), set()
     for r in _all_regions(mini_src):
         if int(r.slot_id[:2]) >= chapter:
             secret.update(l.strip() for l in r.text.splitlines())
@@ -469,6 +470,7 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
                 inside = False
             elif not inside:
                 allowed.add(s)
+    mini_lines.update(allowed)
     if source_dir is not None:
         for nb_path in sorted(source_dir.glob("*.ipynb")):
             for slot, text in notebook_regions(nb_path).items():
@@ -505,7 +507,8 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
         rel = str(p.relative_to(release_dir))
         for n, line in enumerate(lines, 1):
             s = line.strip()
-            if "BEGIN HIDDEN TESTS" in s or "run_check" in s or (s in secret):
+            hidden_call = "run_check" in s and (p.suffix == ".ipynb" or s not in mini_lines)
+            if "BEGIN HIDDEN TESTS" in s or hidden_call or (s in secret):
                 leaks.append((rel, n, s))
     return leaks
 

@@ -14,12 +14,14 @@ a stub for the chapters a student has not done yet, so the stub raises
 from __future__ import annotations
 
 import functools
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 __all__ = [
     "ExerciseNotImplemented", "exercise", "implement", "unregister", "reset",
-    "active", "reference", "runs_reference", "slots", "SlotInfo",
+    "active", "reference", "runs_reference", "implemented", "slots", "SlotInfo",
+    "fast_path", "has_fast_path", "fast_paths", "fast_paths_active", "FastPath",
 ]
 
 # Chapter number -> the notebook a student works in (used in messages).
@@ -71,10 +73,15 @@ _ACTIVE: dict[str, Callable] = {}
 def exercise(slot_id: str, fallback: Callable | None = None):
     """Mark the decorated function as the reference implementation of ``slot_id``.
 
-    The returned function dispatches to a registered student implementation
-    when there is one, and to the reference otherwise.  ``fallback`` is an opaque
-    stand-in (typically numpy doing the work) used while the reference is a stub
-    of a chapter that has not been released yet, so that earlier chapters still run.
+    The returned function dispatches to a registered student implementation when there
+    is one; otherwise to a fast path registered for the slot, where one applies (see
+    :func:`fast_path`); otherwise to the reference.  ``fallback`` is an opaque stand-in
+    (typically numpy doing the work) used while the reference is a stub of a chapter that
+    has not been released yet, so that earlier chapters still run.
+
+    Slots whose arguments are numpy arrays (no device to see) are called as
+    ``slot.on(device)(...)`` by an op that knows the device of its tensors, so that a fast
+    path for that device (a native kernel of the cpu backend) can stand in.
     """
     _check_id(slot_id)
 
@@ -85,15 +92,14 @@ def exercise(slot_id: str, fallback: Callable | None = None):
         _SLOTS[slot_id] = SlotInfo(slot_id, fn, fn.__module__, fn.__qualname__)
         stub = _is_stub(fn)
         active = _ACTIVE  # local alias: one dict lookup on the hot path
-        fast = []         # at most one fast path, see set_fast_path below
+        fast = _FAST_PATHS.setdefault(slot_id, [])  # filled by @fast_path(slot_id)
 
-        @functools.wraps(fn)
-        def dispatch(*args, **kwargs):
+        def run(device, args, kwargs):  # device: None, or the one .on() names
             impl = active.get(slot_id)
             if impl is not None:
                 return impl(*args, **kwargs)
-            if fast and runs_reference(slot_id):
-                out = fast[0](*args, **kwargs)
+            if fast:
+                out = _try_fast_paths(fast, device, args, kwargs)
                 if out is not NotImplemented:
                     return out
             try:
@@ -103,18 +109,18 @@ def exercise(slot_id: str, fallback: Callable | None = None):
                     return fallback(*args, **kwargs)
                 raise
 
-        def set_fast_path(impl: Callable | None) -> None:
-            # an equivalent fused implementation that stands in for the reference only
-            # (never for a registered student implementation, never for a release stub);
-            # it returns NotImplemented where it does not apply and the reference runs.
-            fast.clear()
-            if impl is not None:
-                fast.append(impl)
+        @functools.wraps(fn)
+        def dispatch(*args, **kwargs):
+            return run(None, args, kwargs)
+
+        def on(device):
+            """This slot, for numpy arrays that belong to tensors on ``device``."""
+            return lambda *args, **kwargs: run(device, args, kwargs)
 
         dispatch.slot_id = slot_id
         dispatch.reference = None if stub else fn  # a release stub hands out nothing
-        dispatch.set_fast_path = set_fast_path
         dispatch.fallback = fallback
+        dispatch.on = on
         if stub:
             import inspect
             dispatch.__signature__ = inspect.signature(fn)
@@ -197,6 +203,12 @@ def _is_stub(fn: Callable) -> bool:
     return code is not None and "ExerciseNotImplemented" in code.co_names
 
 
+def implemented(slot_id: str) -> bool:
+    """True when reaching ``slot_id`` runs code rather than a release stub: a student
+    implementation is registered, or the reference is mini's solution."""
+    return slot_id in _ACTIVE or runs_reference(slot_id)
+
+
 def reference(slot_id: str) -> Callable:
     """mini's reference implementation of ``slot_id``.  In a student copy where the slot is a
     stub there is none: ``ExerciseNotImplemented``."""
@@ -213,6 +225,164 @@ def slots() -> dict[str, SlotInfo]:
     return dict(_SLOTS)
 
 
+# ---------------------------------------------------------------------------------------
+# Fast paths
+#
+# A fast path is an equivalent implementation that mini may run in place of a slot's
+# reference: a native kernel of the cpu backend, or several dispatched ops fused into one
+# Function that works on the buffers.  Every fast path is registered with @fast_path and
+# every decision to run one is taken here, by one rule:
+#
+#   * it stands in for a slot only while that slot runs mini's own reference: no student
+#     implementation is registered and the reference is not a release stub; the same holds
+#     for every other slot its result depends on (``also``).  A student's code is never
+#     bypassed, and an exercise not done yet is never done for the student;
+#   * only while fast paths are active: no op observer is watching (the profiler, a graph
+#     tracer: they see the ops the program wrote; inside an op they observe, which they do
+#     not look into, its implementation may use fast paths), no forward-mode AD level is
+#     open (fused Functions have no jvp), and they are not switched off (``fast_paths(False)``);
+#   * one registered for a device (``device="cpu"``: a native kernel) runs only for tensors
+#     on that device; ``device="numpy"`` is the portable reference and has none;
+#   * it returns NotImplemented for inputs it does not handle, and the reference runs.
+#
+# The ops that own a slot just call it; ops that are built on slots without being one
+# (``conv2d``, ``batch_norm``) are marked with @has_fast_path and work the same way.
+# The fast paths themselves live in mini/ops/fast_paths.py.
+
+@dataclass
+class FastPath:
+    target: str                 # the slot id or has_fast_path name it stands in for
+    fn: Callable
+    device: str | None          # None: any device
+    slots: tuple                # every slot that must run mini's reference
+
+
+_FAST_PATHS: dict[str, list[FastPath]] = {}
+_DECLARED_POINTS: dict[str, tuple] = {}    # has_fast_path name -> the slots it is built on
+_FAST_ON = [True]
+_FAST_OFF: set = set()                     # targets switched off by fast_paths(False, ...)
+_HOOKS: list = []                          # (mini.autograd.function, mini.autograd.forward_ad)
+
+
+def fast_path(target: str, *, device: str | None = None, also: tuple = ()):
+    """Register the decorated function as a fast path for ``target``: a slot id (the fast
+    path takes the slot's arguments) or the name of a function marked @has_fast_path.
+    ``device``: run only for tensors on that device.  ``also``: other slots the reference's
+    result depends on (a registered student version of any of them turns this path off)."""
+    def decorate(fn: Callable) -> Callable:
+        slots = tuple(also)
+        if "." in target:  # a slot id: the slot itself must run its reference
+            _check_id(target)
+            slots = (target,) + slots
+        _FAST_PATHS.setdefault(target, []).append(FastPath(target, fn, device, slots))
+        return fn
+    return decorate
+
+
+def has_fast_path(name: str, *, slots: tuple = ()):
+    """Mark the decorated function (an op built on ``slots`` that is not a slot itself) as
+    one that a registered fast path may replace, under the same rule as a slot's (and, like
+    a slot, ``fn.on(device)(...)`` for numpy arguments)."""
+    def decorate(fn: Callable) -> Callable:
+        built_on = _DECLARED_POINTS[name] = tuple(slots)
+        fast = _FAST_PATHS.setdefault(name, [])
+
+        def run(device, args, kwargs):
+            if fast:
+                out = _try_fast_paths(fast, device, args, kwargs, built_on)
+                if out is not NotImplemented:
+                    return out
+            return fn(*args, **kwargs)
+
+        @functools.wraps(fn)
+        def dispatch(*args, **kwargs):
+            return run(None, args, kwargs)
+
+        dispatch.reference = fn
+        dispatch.on = lambda device: lambda *args, **kwargs: run(device, args, kwargs)
+        return dispatch
+    return decorate
+
+
+def fast_paths_active() -> bool:
+    """True while fast paths may run at all: switched on, no op observer installed, no
+    forward-mode AD level open."""
+    if not _FAST_ON[0]:
+        return False
+    if not _HOOKS:
+        from mini.autograd import forward_ad, function
+        _HOOKS.extend((function, forward_ad))
+    return _HOOKS[0]._op_observer is None and not _HOOKS[1]._LEVEL[0]
+
+
+@contextmanager
+def fast_paths(enabled: bool, *targets: str):
+    """Switch fast paths off (or on again) inside a ``with`` block: all of them, or only
+    those for ``targets`` (slot ids or @has_fast_path names).  For tests and benchmarks
+    that compare a fast path with the reference it replaces."""
+    saved = (_FAST_ON[0], set(_FAST_OFF))
+    if targets:
+        unknown = [t for t in targets if t not in _FAST_PATHS or not _FAST_PATHS[t]]
+        if unknown:
+            raise KeyError(f"no fast path is registered for {unknown}; registered: "
+                           f"{sorted(t for t, paths in _FAST_PATHS.items() if paths)}")
+        (_FAST_OFF.difference_update if enabled else _FAST_OFF.update)(targets)
+    else:
+        _FAST_ON[0] = enabled
+    try:
+        yield
+    finally:
+        _FAST_ON[0] = saved[0]
+        _FAST_OFF.clear()
+        _FAST_OFF.update(saved[1])
+
+
+def registered_fast_paths() -> dict[str, list[FastPath]]:
+    """Every registered fast path, by the slot or function it stands in for."""
+    _import_owner_modules()
+    return {t: list(paths) for t, paths in _FAST_PATHS.items() if paths}
+
+
+def fast_path_points() -> dict[str, tuple]:
+    """The functions marked @has_fast_path and the slots each is built on."""
+    _import_owner_modules()
+    return dict(_DECLARED_POINTS)
+
+
+def _try_fast_paths(paths: list, device, args, kwargs, built_on: tuple = ()):
+    """The one decision (see above): run the first fast path that may stand in, or return
+    NotImplemented.  ``built_on``: the slots of a @has_fast_path function."""
+    if not fast_paths_active():
+        return NotImplemented
+    for s in built_on:
+        if not runs_reference(s):
+            return NotImplemented
+    for path in paths:
+        if path.target in _FAST_OFF:
+            return NotImplemented
+        if path.device is not None:
+            d = device if device is not None else _device_of(args)
+            if d is None or d.name != path.device:
+                continue
+        for s in path.slots:
+            if not runs_reference(s):
+                break
+        else:
+            out = path.fn(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+    return NotImplemented
+
+
+def _device_of(args):
+    """The device of the first tensor among ``args`` (None if there is none)."""
+    for a in args:
+        data = getattr(a, "_data", None)
+        if data is not None and hasattr(data, "storage"):
+            return data.storage.device
+    return None
+
+
 def _check_id(slot_id: str) -> None:
     chapter, _, name = slot_id.partition(".")
     if not (len(chapter) == 2 and chapter.isdigit() and name):
@@ -220,10 +390,13 @@ def _check_id(slot_id: str) -> None:
 
 
 # Modules that own slots but are not imported by ``import mini`` (they load lazily).
-_LAZY_OWNERS = ("mini.ops.conv", "mini.backends.cpu.exercises", "mini.nn.discovery",
+_LAZY_OWNERS = ("mini.ops.conv", "mini.ops.fast_paths", "mini.backends.cpu.exercises",
+                "mini.nn.discovery",
                 "mini.nn.he_init", "mini.nn.modules.normalization", "mini.nn.modules.dropout",
                 "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
-                "mini.utils.train_state")
+                "mini.utils.train_state", "mini.distributed.ring",
+                "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
+                "mini.utils.data.distributed", "mini.utils.checkpoint")
 
 
 def _import_owner_modules() -> None:

@@ -26,9 +26,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture(autouse=True)
 def _restore_mini_global_state():
-    """Tests must not leak mini's global state (default dtype, grad mode, registered student
-    implementations) into each other, whatever order xdist runs them in: snapshot it before
-    each test and put it back afterwards."""
+    """Tests must not leak mini's global state (default dtype and device, grad mode,
+    registered student implementations, fast-path switches, the op observer) into each
+    other, whatever order xdist runs them in: snapshot it before each test and put it back
+    afterwards."""
     import sys
     saved = None
     if "mini.exercises" in sys.modules and "mini.autograd.grad_mode" in sys.modules:
@@ -40,22 +41,29 @@ def _restore_mini_global_state():
         _restore(saved)
 
 
-_DEFAULTS = ("float32", True, {})
+_DEFAULTS = ("float32", True, {}, "cpu", True, set(), None)
 
 
 def _snapshot():
     from mini.ndarray import dtypes
-    from mini.autograd import grad_mode
-    from mini import exercises
-    return (dtypes._DEFAULT_FLOAT[0].name, grad_mode._ENABLED[0], dict(exercises._ACTIVE))
+    from mini.autograd import function, grad_mode
+    from mini import backends, exercises
+    return (dtypes._DEFAULT_FLOAT[0].name, grad_mode._ENABLED[0], dict(exercises._ACTIVE),
+            backends._DEFAULT[0], exercises._FAST_ON[0], set(exercises._FAST_OFF),
+            function._op_observer)
 
 
 def _restore(saved):
     from mini.ndarray import dtypes
-    from mini.autograd import grad_mode
-    from mini import exercises
-    default_dtype, enabled, active = saved
+    from mini.autograd import function, grad_mode
+    from mini import backends, exercises
+    default_dtype, enabled, active, device, fast_on, fast_off, observer = saved
     dtypes._DEFAULT_FLOAT[0] = dtypes.as_dtype(default_dtype)
     grad_mode._ENABLED[0] = enabled
     exercises._ACTIVE.clear()
     exercises._ACTIVE.update(active)
+    backends._DEFAULT[0] = device
+    exercises._FAST_ON[0] = fast_on
+    exercises._FAST_OFF.clear()
+    exercises._FAST_OFF.update(fast_off)
+    function.set_op_observer(observer)

@@ -27,8 +27,8 @@ from grader.checks.helpers import (CheckFailed, call, call_text, describe, expec
 
 CANARY = "mini-grader-canary: hidden checks of chapter 03 (never in feedback)"
 
-# Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
-# for its test cells (100 in all for the chapter).
+# Points, the one source: `mini-course build` prices the notebook's test cells and its
+# "What you build" table from this dict (100 in all for the chapter).
 POINTS = {
     "03.compact_strides": 8,
     "03.offset": 8,

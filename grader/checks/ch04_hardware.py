@@ -32,8 +32,8 @@ from grader.checks.helpers import (call, call_text, describe, expect_array, expe
 
 CANARY = "mini-grader-canary: hidden checks of chapter 04 (never in feedback)"
 
-# Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
-# for its test cells (100 in all for the chapter).
+# Points, the one source: `mini-course build` prices the notebook's test cells and its
+# "What you build" table from this dict (100 in all for the chapter).
 POINTS = {
     "04.omp_add": 8,
     "04.omp_sum": 12,

@@ -25,8 +25,8 @@ from grader.worker.codec import ExceptionRecord, TensorRecord, TensorSpec
 
 CANARY = "mini-grader-canary: hidden checks of chapter 05 (never in feedback)"
 
-# Points, the one source: the notebook builder (course/build_chNN_*.py) imports this dict
-# for its test cells (100 in all for the chapter).
+# Points, the one source: `mini-course build` prices the notebook's test cells and its
+# "What you build" table from this dict (100 in all for the chapter).
 POINTS = {
     "05.parameters": 8,
     "05.kaiming_init": 6,

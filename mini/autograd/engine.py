@@ -171,7 +171,9 @@ def run_backward(seeds, retain_graph: bool, create_graph: bool, capture=None,
             for hook in node._hooks:
                 hook(node.variable)
             return ()
-        if capture is not None and not accumulate and not _leads_to_capture(node, capture):
+        if needed is not None and id(node) not in needed:
+            # autograd.grad: no input is reached through this node, so its gradients are
+            # never used; skip its backward rule.
             return (None,) * len(node.next_functions)
         if _profiler._ACTIVE:
             with _profiler.record(node.name(), "backward"):
@@ -184,33 +186,30 @@ def run_backward(seeds, retain_graph: bool, create_graph: bool, capture=None,
         return grad_inputs
 
     order = topological_order([node for node, _ in seeds])
+    needed = _nodes_leading_to(order, capture) if capture is not None and not accumulate \
+        else None
     with grad_mode.set_grad_enabled(create_graph):
         propagate(order, grads, run_node, retain_graph)
     return captured
 
 
-def _leads_to_capture(node, capture) -> bool:
-    # autograd.grad only needs the part of the graph between the outputs and the inputs.
-    cache = _leads_to_capture.cache
-    key = id(node)
-    if key in cache:
-        return cache[key]
-    result = False
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if id(n) in capture:
-            result = True
-            break
-        for child, _ in n.next_functions:
-            if child is not None and id(child) not in seen:
-                seen.add(id(child))
-                stack.append(child)
-    cache[key] = result
-    return result
+def _nodes_leading_to(order, capture) -> set:
+    """The ids of the nodes of ``order`` from which some captured node can be reached.
 
-
-_leads_to_capture.cache = {}
+    ``order`` lists every node before the nodes it sends gradients to, so walking it
+    backwards meets each node after all of its children: one pass over the edges decides
+    every node (linear in the size of the graph; a search from each node would be
+    quadratic along a chain)."""
+    needed: set[int] = set()
+    for node in reversed(order):
+        if id(node) in capture:
+            needed.add(id(node))
+            continue
+        for child, _ in node.next_functions:
+            if child is not None and id(child) in needed:
+                needed.add(id(node))
+                break
+    return needed
 
 
 def _check_gradients(node, grad_inputs) -> None:
@@ -269,11 +268,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         node = t.grad_fn if t.grad_fn is not None else t._accumulate_node()
         capture[id(node)] = i
     seeds = _seed_gradients(list(outputs), grad_outputs)
-    _leads_to_capture.cache = {}
-    try:
-        captured = run_backward(seeds, retain_graph, create_graph, capture=capture, accumulate=False)
-    finally:
-        _leads_to_capture.cache = {}
+    captured = run_backward(seeds, retain_graph, create_graph, capture=capture, accumulate=False)
     result = []
     for i, t in enumerate(inputs):
         g = captured.get(i)

@@ -10,9 +10,10 @@ or ``None``.
 """
 from __future__ import annotations
 
+import functools
+
 from mini.autograd import grad_mode
 from mini.autograd import forward_ad as _fw
-from mini.utils import profiler as _profiler
 
 
 class RemovableHandle:
@@ -33,25 +34,34 @@ class RemovableHandle:
 
 
 class Node:
-    """A recorded operation in the graph: the ``grad_fn`` of the tensors it produced."""
+    """A recorded operation in the graph: the ``grad_fn`` of the tensors it produced.
+
+    A node is created for every op (it is the ``ctx`` of ``forward``), so it carries no
+    per-instance state until something is stored on it: every field below has a class-level
+    default, and the hook lists are created on first registration.
+    """
 
     next_functions: tuple = ()
-
-    def __init__(self):
-        self.next_functions = ()
-        self._input_meta = ()           # (shape, dtype) per edge, to check returned grads
-        self._saved = None
-        self._saved_versions = None
-        self._released = False
-        self._pre_hooks = []            # run on the gradient flowing into this node
-        self._hooks = []                # run after backward: hook(grad_inputs, grad_outputs)
-        self.needs_input_grad = ()
+    needs_input_grad: tuple = ()
+    _arg_meta: tuple | list = ()    # (shape, dtype) per argument, None for non-tensors
+    _tensor_positions = None        # argument positions of the edges; None: every argument
+    _saved = None
+    _saved_versions = None
+    _released = False
+    _pre_hooks: tuple | list = ()   # run on the gradient flowing into this node
+    _hooks: tuple | list = ()       # run after backward: hook(grad_inputs, grad_outputs)
 
     def name(self) -> str:
         return type(self).__name__
 
     def __repr__(self):
         return f"<{self.name()} object at {hex(id(self))}>"
+
+    @property
+    def _input_meta(self) -> tuple:
+        """(shape, dtype) per edge, to check the gradients backward returns."""
+        meta, positions = self._arg_meta, self._tensor_positions
+        return meta if positions is None else tuple(meta[i] for i in positions)
 
     # --- saved tensors -----------------------------------------------------------------
     def save_for_backward(self, *tensors) -> None:
@@ -100,10 +110,14 @@ class Node:
 
     # --- hooks ------------------------------------------------------------------------
     def register_prehook(self, hook) -> RemovableHandle:
+        if not isinstance(self._pre_hooks, list):
+            self._pre_hooks = []
         self._pre_hooks.append(hook)
         return RemovableHandle(self._pre_hooks, hook)
 
     def register_hook(self, hook) -> RemovableHandle:
+        if not isinstance(self._hooks, list):
+            self._hooks = []
         self._hooks.append(hook)
         return RemovableHandle(self._hooks, hook)
 
@@ -117,7 +131,6 @@ class AccumulateGrad(Node):
     """The node of a leaf tensor that requires grad: adds incoming gradients into ``.grad``."""
 
     def __init__(self, variable):
-        super().__init__()
         self.variable = variable
 
     def apply_backward(self, grad):
@@ -129,11 +142,10 @@ class AccumulateGrad(Node):
             # clone() is recorded, so the stored gradient stays differentiable yet private
             accumulate_grad(self.variable, grad.clone())
             return
-        if not _profiler._ACTIVE:
+        if _op_observer is None:
             # what grad.detach().clone() computes (Clone.forward: a compact copy of the
-            # data, no history), without dispatching two ops; under the profiler the ops run
-            # so that they are counted.
-            Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
+            # data, no history), without dispatching two ops; with an observer watching
+            # (the profiler counts ops) the ops run so that it sees them.
             accumulate_grad(self.variable, Tensor._wrap(grad._data.copy()))
             return
         with grad_mode.no_grad():
@@ -145,18 +157,18 @@ class AccumulateGrad(Node):
 class BackwardFunction(Node):
     """Node created by ``Function.apply``; runs the Function's ``backward``."""
     _function = None
-    _tensor_positions: tuple = ()
 
     def apply_backward(self, grad):
         grads = self._function.backward(self, grad)
         if not isinstance(grads, tuple):
             grads = (grads,)
-        n_args = self._n_args
+        n_args = len(self._arg_meta)
         if len(grads) != n_args:
             raise RuntimeError(
                 f"function {self.name()} returned an incorrect number of gradients "
                 f"(expected {n_args}, got {len(grads)})")
-        return tuple(grads[i] for i in self._tensor_positions)
+        positions = self._tensor_positions
+        return grads if positions is None else tuple(grads[i] for i in positions)
 
 
 class FunctionMeta(type):
@@ -166,6 +178,69 @@ class FunctionMeta(type):
         super().__init__(name, bases, namespace)
         suffix = "Backward0" if namespace.get("_builtin", False) else "Backward"
         cls._node_cls = type(name + suffix, (BackwardFunction,), {"_function": cls})
+
+
+# ---------------------------------------------------------------------------------------
+# The op observer: one hook on the dispatch path of every operation, for tools that watch
+# the ops of a program go by (a graph tracer, the profiler).  It is None normally, and then
+# an op pays one global lookup for it.  Install one with ``set_op_observer``.  While it is
+# set, every op calls
+#
+#     _op_observer(name, op, args, kwargs, run)
+#
+# instead of running: ``name`` is the op's name ("Add", "MatMul", "eq"), ``op`` what a
+# replay calls (``SomeFunction.apply`` or the public function), ``args``/``kwargs`` its
+# inputs and attributes exactly as passed, and ``run()`` computes and returns the output
+# (recording the graph as usual).  The observer returns what the op returns, normally
+# ``run()``'s result.  Ops that run inside ``run()`` (those an op is built from) are not
+# observed: the observer sees each op the program calls, once.  Fast paths that would
+# replace several ops by one are off while an observer is installed (see
+# ``mini.exercises.fast_paths_active``), so it sees the ops the program wrote.
+_op_observer = None
+
+
+def set_op_observer(observer):
+    """Install ``observer`` (or None to remove it); returns the one installed before, which
+    the caller restores when done (observers nest: an outer one is not called meanwhile)."""
+    global _op_observer
+    previous, _op_observer = _op_observer, observer
+    return previous
+
+
+def observe_op(name: str, op, args, kwargs, run):
+    """Run an op that does not go through ``Function.apply`` (comparisons, in-place
+    updates) under the installed observer.  Call it only when ``_op_observer`` is set."""
+    global _op_observer
+    observer = _op_observer
+
+    def unobserved():
+        global _op_observer
+        _op_observer = None
+        try:
+            return run()
+        finally:
+            _op_observer = observer
+    return observer(name, op, args, kwargs, unobserved)
+
+
+def observed(fn, name: str | None = None):
+    """``fn``, an op that does not go through ``Function.apply`` (a comparison, an
+    in-place update, a random draw), made visible to the op observer as ``name``."""
+    name = name or fn.__name__
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        if _op_observer is None:
+            return fn(*args, **kwargs)
+        return observe_op(name, op, args, kwargs, lambda: fn(*args, **kwargs))
+    return op
+
+
+_GRAD = grad_mode._ENABLED        # [bool]: is grad mode on
+_FW_LEVEL = _fw._LEVEL            # [int]: open forward-mode AD levels
+_NO_NEEDS = [(False,) * n for n in range(8)]
+_NO_EDGE = (None, 0)
+_new_node = object.__new__
 
 
 class Function(metaclass=FunctionMeta):
@@ -197,84 +272,94 @@ class Function(metaclass=FunctionMeta):
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
-        node = cls._node_cls()
-        _ENABLED = grad_mode._ENABLED
-        # one pass over the arguments: which need grad, and does any carry a tangent
-        needs = []
+        """Run ``forward`` and, when an input requires grad (and grad mode is on), record
+        the node that ``backward`` will run.  This is the hot path of every op: it looks
+        at each argument once; an installed op observer and forward-mode AD cost one
+        check each when they are not in use."""
+        if _op_observer is not None:
+            return observe_op(cls.__name__, cls.apply, args, kwargs, lambda: cls.apply(*args, **kwargs))
+        node = _new_node(cls._node_cls)  # (nodes have no __init__: skip type.__call__)
         record = False
-        tangent = False
+        if _GRAD[0]:
+            for a in args:
+                if isinstance(a, Tensor) and a.requires_grad:
+                    record = True
+                    break
+        if not record:                   # nothing to record: just run forward
+            n = len(args)
+            node.needs_input_grad = _NO_NEEDS[n] if n < 8 else (False,) * n
+            out = _forward(cls, node, args, kwargs)
+            if _FW_LEVEL[0]:
+                _propagate_tangents(cls, node, args, out)
+            return out
+        # one pass over the arguments: what backward needs to know about each, and the
+        # edge to the node that receives its gradient (what _edge computes, inlined)
+        needs, meta, edges = [], [], []
+        only_tensors = True
         for a in args:
             if isinstance(a, Tensor):
                 r = a.requires_grad
                 needs.append(r)
-                if r:
-                    record = True
-                if a._fw_tangent is not None:
-                    tangent = True
+                d = a._data
+                meta.append((d.shape, d.dtype))
+                fn = a.grad_fn
+                if fn is not None:
+                    edges.append((fn, 0))
+                elif r:
+                    fn = a._accumulate
+                    edges.append((fn if fn is not None else a._accumulate_node(), 0))
+                else:
+                    edges.append(_NO_EDGE)
             else:
                 needs.append(False)
-        record = record and _ENABLED[0]
-        # forward may look at ctx.needs_input_grad to save only what backward will use
-        node.needs_input_grad = tuple(needs) if record else (False,) * len(args)
-        forward_mode = tangent and _fw._LEVEL[0]
-        if record or forward_mode:
-            # (shape, dtype) of every argument (None for numbers): backward rules use it to
-            # reduce broadcast gradients and cast them back to each input's dtype.
-            meta = []
-            for a in args:
-                if isinstance(a, Tensor):
-                    d = a._data
-                    meta.append((d.shape, d.dtype))
-                else:
-                    meta.append(None)
-            node._arg_meta = meta = tuple(meta)
-            if forward_mode:
-                node._fw_args = args
-        prev, _ENABLED[0] = _ENABLED[0], False
-        try:
-            if _profiler._ACTIVE:
-                with _profiler.record(cls.__name__, "forward"):
-                    out = cls.forward(node, *args, **kwargs)
-            else:
-                out = cls.forward(node, *args, **kwargs)
-        finally:
-            _ENABLED[0] = prev
-        if not isinstance(out, Tensor):
-            raise TypeError(f"{cls.__name__}.forward must return a single Tensor, got "
-                            f"{type(out).__name__}")
-        if record:
-            for a in args:
-                if out is a:
-                    out = Tensor._wrap(out._data)  # never rewrite the history of an input returned as is
-                    break
-            positions = []
-            edges = []
-            input_meta = []
-            for i, a in enumerate(args):
-                if isinstance(a, Tensor):
-                    positions.append(i)
-                    edges.append(_edge(a))
-                    input_meta.append(meta[i])
-            node._tensor_positions = tuple(positions)
-            node._n_args = len(args)
-            node.next_functions = tuple(edges)
-            node._input_meta = tuple(input_meta)
-            out.grad_fn = node
-            out.requires_grad = True
-        if forward_mode:
-            node._out_shape, node._out_dtype = out._data.shape, out._data.dtype
-            _fw.propagate(cls, node, args, out)
+                meta.append(None)
+                only_tensors = False
+        # forward may look at ctx.needs_input_grad to save only what backward will use,
+        # and at ctx._arg_meta (shape, dtype of each input) to reduce broadcast gradients
+        node.needs_input_grad = tuple(needs)
+        node._arg_meta = meta
+        out = _forward(cls, node, args, kwargs)
+        for a in args:
+            if out is a:
+                out = Tensor._wrap(out._data)  # never rewrite the history of an input returned as is
+                break
+        if not only_tensors:    # edges skip the arguments that are not tensors
+            node._tensor_positions = tuple(i for i, m in enumerate(meta) if m is not None)
+        node.next_functions = tuple(edges)
+        out.grad_fn = node
+        out.requires_grad = True
+        if _FW_LEVEL[0]:
+            _propagate_tangents(cls, node, args, out)
         return out
 
 
-_TENSOR: list = []
+def _forward(cls, node, args, kwargs):
+    """``cls.forward`` with grad mode off (restored afterwards); it must return a Tensor."""
+    enabled = _GRAD[0]
+    _GRAD[0] = False
+    try:
+        out = cls.forward(node, *args, **kwargs)
+    finally:
+        _GRAD[0] = enabled
+    if not isinstance(out, Tensor):
+        _bad_output(cls, out)
+    return out
 
 
-def _tensor_class():
-    from mini.autograd.tensor import Tensor
-    _TENSOR.append(Tensor)
-    return Tensor
+def _propagate_tangents(cls, node, args, out):
+    """Forward-mode AD (a dual level is open): ``out``'s tangent from its inputs' tangents
+    (``cls.jvp``), when an input has one."""
+    for a in args:
+        if isinstance(a, Tensor) and a._fw_tangent is not None:
+            node._fw_args = args
+            node._out_shape, node._out_dtype = out._data.shape, out._data.dtype
+            _fw.propagate(cls, node, args, out)
+            return
+
+
+def _bad_output(cls, out):
+    raise TypeError(f"{cls.__name__}.forward must return a single Tensor, got "
+                    f"{type(out).__name__}")
 
 
 def _edge(t):
@@ -285,3 +370,6 @@ def _edge(t):
         acc = t._accumulate
         return (acc if acc is not None else t._accumulate_node(), 0)
     return (None, 0)
+
+
+from mini.autograd.tensor import Tensor  # noqa: E402  (tensor.py needs nothing from here)

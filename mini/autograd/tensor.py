@@ -12,12 +12,20 @@ import numpy as np
 
 from mini.ndarray import NDArray, as_dtype, get_default_dtype
 from mini.ndarray.dtypes import int64, bool_
-from mini.backends import get_backend
+from mini.backends import device as _device, get_backend
+
+_new_tensor = object.__new__
 
 
 class Tensor:
-    __slots__ = ("_data", "requires_grad", "grad", "grad_fn", "_accumulate", "_retains_grad",
-                 "_fw_tangent", "_base", "__weakref__")
+    # Every op makes a tensor, so the four fields every tensor uses are slots, set by
+    # _wrap; the rarely set ones are class-level defaults, stored per tensor (in its
+    # __dict__, created on first write) only when set.
+    __slots__ = ("_data", "requires_grad", "grad", "grad_fn", "__dict__", "__weakref__")
+    _accumulate = None        # the AccumulateGrad node of a leaf that requires grad
+    _retains_grad = False     # retain_grad() was called
+    _fw_tangent = None        # forward-mode AD: the tangent of a dual tensor
+    _base = None              # the tensor whose buffer this view shares
 
     # numpy: `ndarray * tensor` must call Tensor.__rmul__, not turn the tensor into an array
     __array_priority__ = 1000
@@ -33,10 +41,6 @@ class Tensor:
         self._data = nd
         self.grad = None
         self.grad_fn = None
-        self._accumulate = None
-        self._retains_grad = False
-        self._fw_tangent = None
-        self._base = None
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -44,14 +48,10 @@ class Tensor:
     @classmethod
     def _wrap(cls, nd: NDArray) -> "Tensor":
         """Fast constructor for results of operations (no validation, no grad)."""
-        t = object.__new__(cls)
+        t = _new_tensor(cls)
         t._data = nd
         t.grad = None
         t.grad_fn = None
-        t._accumulate = None
-        t._retains_grad = False
-        t._fw_tangent = None
-        t._base = None
         t.requires_grad = False
         return t
 
@@ -256,6 +256,15 @@ class Tensor:
         node = self.grad_fn if self.grad_fn is not None else self._accumulate_node()
         return node.register_prehook(hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(tensor)`` runs after a gradient has been accumulated into this leaf's
+        ``.grad`` during backward (DDP starts communication from here).  Returns a handle
+        with ``remove()``."""
+        if not self.requires_grad or not self.is_leaf:
+            raise RuntimeError("post accumulate grad hooks can only be registered on leaf "
+                               "tensors that require grad")
+        return self._accumulate_node().register_hook(hook)
+
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor after backward."""
         if not self.requires_grad:
@@ -273,11 +282,21 @@ class Tensor:
 
     # --- device and dtype ------------------------------------------------------------------
     def to(self, *args, **kwargs) -> "Tensor":
-        """``t.to(device)``, ``t.to(dtype)`` or ``t.to(device, dtype)``: differentiable copy."""
+        """``t.to(device)``, ``t.to(dtype)``, ``t.to(device, dtype)`` or ``t.to(other)`` (other's
+        device and dtype), as in PyTorch: ``t`` itself when nothing changes (unless
+        ``copy=True``), else a differentiable copy.  ``non_blocking`` is accepted and ignored
+        (every copy is synchronous)."""
         device = kwargs.pop("device", None)
         dtype = kwargs.pop("dtype", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
         for a in args:
-            if isinstance(a, str) or hasattr(a, "kernels_name"):
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, (str, _device)):
                 device = a
             elif a is not None:
                 dtype = a
@@ -285,8 +304,10 @@ class Tensor:
         t = self
         if dtype is not None and as_dtype(dtype) != self.dtype:
             t = cast(t, dtype)
-        if device is not None and get_backend(device) != t.device:
+        if device is not None and get_backend(device) is not t._data.storage.device:
             t = to_device(t, device)
+        if copy and t is self:
+            t = self.clone()
         return t
 
     def float(self) -> "Tensor":
@@ -305,7 +326,21 @@ class Tensor:
         return self.to(dtype=other.dtype)
 
     def cpu(self) -> "Tensor":
-        return self
+        """This tensor on device ``cpu`` (mini's default device): itself when it is there
+        already, else a differentiable copy (``t.to("cpu")``), as in PyTorch."""
+        return self.to("cpu")
+
+    def cuda(self) -> "Tensor":
+        """This tensor on the cuda device (a GPU, or mini's CUDA emulator)."""
+        return self.to("cuda")
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._data.storage.device is get_backend("cpu")
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._data.storage.device.name == "cuda"
 
 
 class Size(tuple):

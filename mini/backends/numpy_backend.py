@@ -10,9 +10,11 @@ import sys
 
 import numpy as np
 
-from mini.ndarray.memory import record_allocation
+from mini.backends.device import device
+from mini.ndarray.memory import _TOTAL, _ACTIVE as _TRACKERS
 
 ALIGNMENT = 64  # bytes: one cache line
+_np_empty = np.empty
 
 
 # Large buffers are recycled.  A fresh multi-megabyte numpy array is fresh memory from the
@@ -57,21 +59,34 @@ def _pooled_raw(nbytes: int) -> np.ndarray:
     return raw
 
 
+def _count_allocation(nbytes: int) -> None:
+    """``mini.ndarray.memory.record_allocation``, inlined for the kernels of every op."""
+    _TOTAL.count += 1
+    _TOTAL.bytes += nbytes
+    if _TRACKERS:
+        _count_trackers(nbytes)
+
+
+def _count_trackers(nbytes: int) -> None:
+    for stats in _TRACKERS:
+        stats.count += 1
+        stats.bytes += nbytes
+
+
 def aligned_empty(size: int, np_dtype) -> np.ndarray:
     """A flat, uninitialised buffer whose first element sits on a 64-byte boundary."""
-    np_dtype = np.dtype(np_dtype)
+    if not isinstance(np_dtype, np.dtype):
+        np_dtype = np.dtype(np_dtype)
     nbytes = size * np_dtype.itemsize
+    _count_allocation(nbytes)
     if nbytes <= ALIGNMENT:  # fits in one cache line: alignment buys nothing
-        record_allocation(nbytes)
-        return np.empty(size, dtype=np_dtype)
+        return _np_empty(size, np_dtype)
     if POOL_ENABLED and nbytes >= POOL_MIN_BYTES:
         raw = _pooled_raw(nbytes + ALIGNMENT)
     else:
         raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
-    buf = raw[start:start + nbytes].view(np_dtype)
-    record_allocation(nbytes)
-    return buf
+    return raw[start:start + nbytes].view(np_dtype)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -110,6 +125,16 @@ UNARY = {
 BOOL_RESULT = {"isfinite", "isnan", "logical_not"}
 
 
+def _scalar_operand(s, x: np.ndarray, op: str):
+    """The Python number ``s`` as numpy should see it next to the array ``x``: computed in
+    ``x``'s dtype.  A Python float or int next to a float array already is (numpy treats
+    it as a "weak" scalar, so float32 stays float32): no conversion needed."""
+    if (s.__class__ is float or s.__class__ is int) and x.dtype.kind == "f" \
+            and op not in COMPARISONS:
+        return s
+    return np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
+
+
 def _blas_operand(x: np.ndarray) -> np.ndarray:
     """``x``, or a compact copy when numpy could not hand it to BLAS: a matrix with a zero
     stride (a broadcast, e.g. the gradient of ``sum()``) or with no unit stride makes
@@ -123,41 +148,18 @@ def _blas_operand(x: np.ndarray) -> np.ndarray:
     return x
 
 
-class NumpyBackend:
+class NumpyBackend(device):
     """Primitive kernels on flat numpy buffers.  Subclasses replace kernels, not callers."""
 
     name = "numpy"
     kernels_name = "numpy"
 
-    def __repr__(self):
-        return f"device(type='{self.name}')"
-
-    def __str__(self):
-        return self.name
-
-    def __eq__(self, other):
-        if isinstance(other, str):
-            return other.split(":")[0] == self.name
-        return getattr(other, "name", None) == self.name
-
-    def __hash__(self):
-        return hash(self.name)
-
-    @property
-    def type(self):
-        return self.name
-
-    # A backend is a per-process singleton: copies and pickles refer to it by name.
-    def __reduce__(self):
-        from mini.backends import get_backend
-        return (get_backend, (self.name,))
-
-    def __deepcopy__(self, memo):
-        return self
+    # Buffers are ordinary host memory: numpy may allocate small outputs itself (see
+    # ewise).  A device whose buffers are its own allocations (cuda) says False.
+    host_buffers = True
 
     # --- buffers -------------------------------------------------------------
-    def empty(self, size: int, np_dtype) -> np.ndarray:
-        return aligned_empty(size, np_dtype)
+    empty = staticmethod(aligned_empty)   # (size, np_dtype) -> a flat, aligned, counted buffer
 
     def from_numpy(self, array: np.ndarray, np_dtype) -> np.ndarray:
         array = np.asarray(array)
@@ -168,7 +170,9 @@ class NumpyBackend:
     # --- kernels: every input is an NDArray view, every output a new compact buffer ----
     def compact(self, a) -> np.ndarray:
         from mini.ndarray.strides import compact
-        result = compact(a.storage.data, a.shape, a.strides, a.offset)  # may be a student's
+        # the 03.compact slot: a student's, or the reference, or on device="cpu" its native
+        # fast path (mini/ops/fast_paths.py)
+        result = compact.on(self)(a.storage.data, a.shape, a.strides, a.offset)
         if not isinstance(result, np.ndarray) or result.shape != (a.size,) \
                 or result.dtype != a.storage.data.dtype:
             raise TypeError(
@@ -179,25 +183,60 @@ class NumpyBackend:
         out[...] = result
         return out
 
+    # Elementwise ops.  Operands that are whole flat buffers (a fresh result, the common
+    # case) go to the flat kernels below (``ewise_flat``, ``scalar_flat``, ``unary_flat``:
+    # what a subclass replaces with native code); any other view goes to numpy through its
+    # numpy view, strides included, no copy.  Outputs that fit in one cache line are
+    # allocated by numpy's ufunc itself (host buffers only): alignment buys nothing there,
+    # and a kernel call costs more than the loop (counted all the same).
     def ewise(self, op: str, a, b, out_np_dtype) -> np.ndarray:
+        fa, fb = a._flat, b._flat
+        if fa is None or fb is None:
+            out = self.empty(a.size, out_np_dtype)
+            BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
+            return out
+        if a.size * out_np_dtype.itemsize <= ALIGNMENT and self.host_buffers:
+            out = BINARY[op](fa, fb)
+            _TOTAL.count += 1           # _count_allocation(out.nbytes), inlined
+            _TOTAL.bytes += out.nbytes
+            if _TRACKERS:
+                _count_trackers(out.nbytes)
+            return out
         out = self.empty(a.size, out_np_dtype)
-        BINARY[op](a.to_numpy_view(), b.to_numpy_view(), out=out.reshape(a.shape))
+        self.ewise_flat(op, fa, fb, out)
         return out
 
     def scalar(self, op: str, a, s, out_np_dtype, reverse: bool = False) -> np.ndarray:
+        x = a._flat
+        if x is None:
+            out = self.empty(a.size, out_np_dtype)
+            x, o = a.to_numpy_view(), out.reshape(a.shape)
+            s = _scalar_operand(s, x, op)
+            BINARY[op](s, x, out=o) if reverse else BINARY[op](x, s, out=o)
+            return out
         out = self.empty(a.size, out_np_dtype)
-        x = a.to_numpy_view()
-        s = np.asarray(s, dtype=x.dtype if op not in COMPARISONS else None)
-        if reverse:
-            BINARY[op](s, x, out=out.reshape(a.shape))
-        else:
-            BINARY[op](x, s, out=out.reshape(a.shape))
+        self.scalar_flat(op, x, s, out, reverse)
         return out
 
     def unary(self, op: str, a) -> np.ndarray:
         out = self.empty(a.size, np.bool_ if op in BOOL_RESULT else a.dtype.np)
-        UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
+        x = a._flat
+        if x is None:
+            UNARY[op](a.to_numpy_view(), out=out.reshape(a.shape))
+        else:
+            self.unary_flat(op, x, out)
         return out
+
+    # the flat kernels: compact 1-D buffers in, a compact 1-D output buffer to write
+    def ewise_flat(self, op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        BINARY[op](a, b, out=out)
+
+    def scalar_flat(self, op: str, a: np.ndarray, s, out: np.ndarray, reverse: bool) -> None:
+        s = _scalar_operand(s, a, op)
+        BINARY[op](s, a, out=out) if reverse else BINARY[op](a, s, out=out)
+
+    def unary_flat(self, op: str, a: np.ndarray, out: np.ndarray) -> None:
+        UNARY[op](a, out=out)
 
     def where(self, cond, a, b, out_np_dtype) -> np.ndarray:
         out = self.empty(cond.size, out_np_dtype)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class AllocationStats:
     count: int = 0
     bytes: int = 0

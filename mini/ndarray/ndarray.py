@@ -14,9 +14,13 @@ import numpy as np
 
 from mini.backends import get_backend
 from mini.ndarray import strides as S
+from mini.ndarray._numpy_fallbacks import compact_strides as _compact_strides_cached
 from mini.ndarray.dtypes import as_dtype, result_dtype, bool_, _BY_NUMPY
 
 _new_ndarray = object.__new__
+_new_storage = object.__new__
+_row_major = _compact_strides_cached   # row-major strides of a tuple shape (S.row_major_strides)
+_ROW_MAJOR: dict = {}                   # shape -> row-major strides, for the shapes seen
 
 
 class Storage:
@@ -38,7 +42,11 @@ class Storage:
 
 
 class NDArray:
-    __slots__ = ("storage", "shape", "strides", "offset", "dtype", "_np")
+    # size: the number of elements (kept, not recomputed: every kernel asks).  _flat: the
+    # whole flat buffer when this array is exactly that buffer in row-major order (a fresh
+    # result, or a reshape of one), else None: kernels then hand numpy the flat buffer
+    # directly, with no view to build.  _np: the numpy view of this array, made once.
+    __slots__ = ("storage", "shape", "strides", "offset", "dtype", "size", "_flat", "_np")
 
     def __init__(self, storage: Storage, shape, strides, offset: int = 0, check: bool = True):
         self.storage = storage
@@ -46,30 +54,46 @@ class NDArray:
         self.strides = tuple(strides)
         self.offset = int(offset)
         self.dtype = as_dtype(storage.data.dtype)
+        self.size = math.prod(self.shape)
         self._np = None
+        self._flat = None
         if check:
             self._check_bounds()
+        data = storage.data
+        if self.offset == 0 and self.size == data.size and data.ndim == 1 \
+                and S.is_compact(self.shape, self.strides):
+            self._flat = data
 
     # --- construction ----------------------------------------------------------------
     @staticmethod
-    def make(buf: np.ndarray, shape, device) -> "NDArray":
+    def make(buf: np.ndarray, shape, device, dtype=None) -> "NDArray":
         """Wrap a fresh compact buffer (trusted: no bounds check needed).
 
-        The hot path of every op: the fields are set directly, and the numpy view of the
-        new compact array is made here, once (a reshape), so later kernels never build it
-        with ``as_strided``."""
-        shape = tuple(shape)
+        The hot path of every op: the fields are set directly, nothing is validated (``buf``
+        holds exactly the elements of ``shape``), and the numpy view of the new array is
+        made later, only if a kernel asks for it."""
+        if shape.__class__ is not tuple:
+            shape = tuple(shape)
+        st = _new_storage(Storage)
+        st.data, st.device, st.version = buf, device, 0
         a = _new_ndarray(NDArray)
-        a.storage = Storage(buf, device)
+        a.storage = st
         a.shape = shape
-        a.strides = S.row_major_strides(shape)
+        strides = _ROW_MAJOR.get(shape)
+        if strides is None:
+            if len(_ROW_MAJOR) > 4096:
+                _ROW_MAJOR.clear()
+            strides = _ROW_MAJOR[shape] = _row_major(shape)
+        a.strides = strides
         a.offset = 0
-        d = _BY_NUMPY.get(buf.dtype)
-        a.dtype = d if d is not None else as_dtype(buf.dtype)
-        try:
-            a._np = buf.reshape(shape) if buf.ndim == 1 and buf.size == math.prod(shape) else None
-        except ValueError:
-            a._np = None
+        if dtype is None:  # (callers that know the mini dtype of buf pass it)
+            dtype = _BY_NUMPY.get(buf.dtype)
+            if dtype is None:
+                dtype = as_dtype(buf.dtype)
+        a.dtype = dtype
+        a.size = buf.size
+        a._flat = buf if buf.ndim == 1 else None
+        a._np = None
         return a
 
     @staticmethod
@@ -116,10 +140,6 @@ class NDArray:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
@@ -136,10 +156,10 @@ class NDArray:
         v = self._np
         if v is None:
             data = self.storage.data
-            if self.size == 0:
-                v = np.empty(self.shape, dtype=data.dtype)
-            elif self.offset == 0 and self.size == data.size and self.is_compact():
+            if self._flat is not None:
                 v = data.reshape(self.shape)
+            elif self.size == 0:
+                v = np.empty(self.shape, dtype=data.dtype)
             else:
                 item = data.itemsize
                 v = np.lib.stride_tricks.as_strided(
@@ -252,9 +272,16 @@ class NDArray:
 
     # --- arithmetic (the primitive kernels, with broadcasting) -------------------------
     def ewise(self, op: str, other) -> "NDArray":
-        if isinstance(other, NDArray):
-            _same_device(self, other, op)
+        if other.__class__ is NDArray:
             a, b = self, other
+            dev = a.storage.device
+            if dev is not b.storage.device:
+                _same_device(a, b, op)
+            dt = a.dtype
+            if a.shape == b.shape and dt is b.dtype and dt.is_floating_point \
+                    and op not in _COMPARISONS:
+                # the common case: same shape and float dtype, nothing to broadcast or cast
+                return _make(dev.ewise(op, a, b, dt.np), a.shape, dev, dt)
             if a.shape != b.shape:
                 shape = _broadcast_or_raise(op, a.shape, b.shape)
                 a, b = a.broadcast_to(shape), b.broadcast_to(shape)
@@ -273,6 +300,9 @@ class NDArray:
 
     def scalar(self, op: str, s, reverse: bool = False) -> "NDArray":
         out_dtype = self.dtype
+        if out_dtype.is_floating_point and op not in _COMPARISONS:  # the common case
+            dev = self.storage.device
+            return _make(dev.scalar(op, self, s, out_dtype.np, reverse), self.shape, dev, out_dtype)
         if op in _COMPARISONS:
             out_dtype = bool_
         elif not self.dtype.is_floating_point and (isinstance(s, float) or op == "div"):
@@ -283,10 +313,11 @@ class NDArray:
 
     def unary(self, op: str) -> "NDArray":
         a = self
-        if op in _FLOAT_RESULT and not self.dtype.is_floating_point:
+        if not self.dtype.is_floating_point and op in _FLOAT_RESULT:
             from mini.ndarray.dtypes import get_default_dtype
             a = self.astype(get_default_dtype())  # exp of an int64 tensor is float32, as in torch
-        return NDArray.make(self.device.unary(op, a), a.shape, self.device)
+        dev = self.storage.device
+        return NDArray.make(dev.unary(op, a), a.shape, dev)
 
     def astype(self, d) -> "NDArray":
         d = as_dtype(d)
@@ -344,9 +375,12 @@ class NDArray:
         if device == self.device:
             return self
         src = self.compact()
-        return NDArray.make(device.from_numpy(src.to_numpy_view(), self.dtype.np), self.shape, device)
+        to_host = getattr(src.device, "to_host", None)   # a device that counts what leaves it
+        host = to_host(src) if to_host is not None else src.to_numpy_view()
+        return NDArray.make(device.from_numpy(host, self.dtype.np), self.shape, device)
 
 
+_make = NDArray.make
 _COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
 _FLOAT_RESULT = {"exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "erf"}
 

@@ -7,6 +7,11 @@ reproducible.
 The scale rules keep the variance of activations roughly constant from layer to layer:
 Kaiming (He) uses ``std = gain / sqrt(fan)``, Xavier (Glorot) ``std = gain * sqrt(2 / (fan_in
 + fan_out))``; a uniform distribution on [-b, b] has std ``b / sqrt(3)``.
+
+``kaiming_normal_`` draws through the chapter 05 exercise ``05.kaiming_init`` (He's normal
+draw, :mod:`mini.nn.he_init`).  ``kaiming_uniform_`` (what Linear and Conv2d start from)
+cannot: the exercise draws from a normal distribution, and a uniform one with the same
+variance is another draw, so it keeps its own line here.
 """
 from __future__ import annotations
 
@@ -15,6 +20,9 @@ import warnings
 
 from mini.autograd import grad_mode
 from mini.autograd.tensor import Tensor
+from mini.nn import he_init as _he_init
+
+_RELU_GAIN = math.sqrt(2.0)
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "ones_", "zeros_",
            "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_"]
@@ -59,10 +67,15 @@ def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
-def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
+def _check_mode(mode: str) -> str:
     mode = mode.lower()
     if mode not in ("fan_in", "fan_out"):
         raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
+    return mode
+
+
+def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
+    mode = _check_mode(mode)
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return fan_in if mode == "fan_in" else fan_out
 
@@ -126,13 +139,21 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in",
 
 def kaiming_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in",
                     nonlinearity: str = "leaky_relu", generator=None) -> Tensor:
-    """He initialisation, normal: N(0, std²) with ``std = gain / sqrt(fan)``."""
+    """He initialisation, normal: N(0, std²) with ``std = gain / sqrt(fan)``.
+
+    The draw is the ``05.kaiming_init`` exercise (:func:`mini.nn.he_init.kaiming_normal_`,
+    N(0, 2 / fan): the ReLU gain sqrt(2)); any other gain rescales it by ``gain / sqrt(2)``.
+    """
     _check_generator(generator)
     if _no_elements(tensor, "kaiming_normal_"):
         return tensor
-    fan = _calculate_correct_fan(tensor, mode)
-    std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
-    return normal_(tensor, 0.0, std)
+    mode = _check_mode(mode)
+    gain = calculate_gain(nonlinearity, a)
+    _he_init.kaiming_normal_(tensor, mode=mode)
+    if gain != _RELU_GAIN:
+        with grad_mode.no_grad():
+            tensor.mul_(gain / _RELU_GAIN)
+    return tensor
 
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:

@@ -16,6 +16,7 @@ from mini.autograd.function import Function, RemovableHandle
 from mini.autograd.tensor import Tensor
 from mini.backends import get_backend
 from mini.ndarray import as_dtype
+from mini.nn import discovery as _discovery
 from mini.nn.parameter import Buffer, Parameter
 
 __all__ = ["Module"]
@@ -255,7 +256,13 @@ class Module:
 
     def named_parameters(self, prefix: str = "", recurse: bool = True,
                          remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
-        """``(dotted name, parameter)`` pairs; a parameter shared by two layers comes once."""
+        """``(dotted name, parameter)`` pairs; a parameter shared by two layers comes once.
+
+        The walk over the module tree is the ``05.parameters`` exercise
+        (:func:`mini.nn.discovery.named_parameters`), so an optimizer built from
+        ``model.parameters()`` gets the parameters a student's walk finds."""
+        if recurse and remove_duplicate:
+            return iter(_discovery.named_parameters(self, prefix))
         return self._named_members(lambda m: m._parameters.items(), prefix, recurse,
                                    remove_duplicate)
 

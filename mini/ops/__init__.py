@@ -19,12 +19,26 @@ def _swap(fn):
     return lambda self, other: fn(other, self)
 
 
+def _operator(fn, fn_cls):
+    """``tensor <op> other``: straight to the Function when ``other`` is a tensor (the hot
+    path of every binary operator), through the checks of ``fn`` otherwise."""
+    apply = fn_cls.apply
+
+    def method(self, other):
+        if isinstance(other, Tensor):
+            return apply(self, other)
+        return fn(self, other)
+    method.__name__ = fn.__name__
+    return method
+
+
 def _install_tensor_methods():
+    from mini.ops import elementwise as E
     T = Tensor
-    T.__add__, T.__radd__ = add, _swap(add)
-    T.__sub__, T.__rsub__ = sub, _swap(sub)
-    T.__mul__, T.__rmul__ = mul, _swap(mul)
-    T.__truediv__, T.__rtruediv__ = div, _swap(div)
+    T.__add__, T.__radd__ = _operator(add, E.Add), _swap(add)
+    T.__sub__, T.__rsub__ = _operator(sub, E.Sub), _swap(sub)
+    T.__mul__, T.__rmul__ = _operator(mul, E.Mul), _swap(mul)
+    T.__truediv__, T.__rtruediv__ = _operator(div, E.Div), _swap(div)
     T.__pow__, T.__rpow__ = pow, _swap(pow)
     T.__matmul__, T.__rmatmul__ = matmul, _swap(matmul)
     T.__neg__ = neg
@@ -59,3 +73,5 @@ def _install_tensor_methods():
 
 
 _install_tensor_methods()
+
+from mini.ops import fast_paths as _fast_paths  # noqa: E402,F401  (registers mini's fast paths)

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from mini import exercises as _exercises
-from mini.autograd import forward_ad as _fw
 from mini.autograd import grad_mode
-from mini.utils import profiler as _profiler
 from mini.autograd.function import Function
-from mini.exercises import exercise
+from mini.exercises import exercise, has_fast_path
 from mini.autograd.tensor import Tensor
 from mini.ndarray import NDArray
 
-__all__ = ["im2col", "col2im", "conv2d", "max_pool2d", "conv_output_size",
+__all__ = ["im2col", "col2im", "conv2d", "max_pool2d", "conv_output_size", "pool_output_size",
            "im2col_view", "im2col_matrix", "col2im_matrix", "conv2d_forward", "conv2d_backward",
            "input_grad_by_flipped_kernel"]
 
@@ -67,16 +64,17 @@ def _geometry(shape, kernel_size, stride, padding):
     return n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo
 
 
-def _im2col_np(x: np.ndarray, kernel_size, stride, padding) -> np.ndarray:
+def _im2col_np(x: np.ndarray, kernel_size, stride, padding, device=None) -> np.ndarray:
     _geometry(x.shape, kernel_size, stride, padding)  # validates, with clear messages
-    return im2col_matrix(x, _pair(kernel_size, "kernel_size"), _pair(stride, "stride"),
-                         _pair(padding, "padding"))
+    return im2col_matrix.on(device)(x, _pair(kernel_size, "kernel_size"), _pair(stride, "stride"),
+                                    _pair(padding, "padding"))
 
 
-def _col2im_np(cols: np.ndarray, x_shape, kernel_size, stride, padding) -> np.ndarray:
+def _col2im_np(cols: np.ndarray, x_shape, kernel_size, stride, padding, device=None) -> np.ndarray:
     _geometry(x_shape, kernel_size, stride, padding)
-    return col2im_matrix(cols, tuple(int(d) for d in x_shape), _pair(kernel_size, "kernel_size"),
-                         _pair(stride, "stride"), _pair(padding, "padding"))
+    return col2im_matrix.on(device)(cols, tuple(int(d) for d in x_shape),
+                                    _pair(kernel_size, "kernel_size"), _pair(stride, "stride"),
+                                    _pair(padding, "padding"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -213,76 +211,11 @@ def input_grad_by_flipped_kernel(grad_out: np.ndarray, weight: np.ndarray, paddi
     ### END SOLUTION
 
 
-# Native (C++) im2col/col2im kernels of the cpu backend.  They stand in for the chapter 04
-# slots only on device="cpu" and only while those slots run mini's own reference: never when
-# a student registered an implementation (of the slot or of a slot it is built on), and
-# never while the reference is still the release tool's stub.  device="numpy" always runs
-# the numpy slots: it is the portable reference.  NATIVE_CONV_KERNELS = False turns the
-# native path off everywhere.  Keys are the kernels' names, values the slots each replaces
-# (conv2d_forward stands for its backward too: the two come from one build).
-NATIVE_CONV_KERNELS = True
-_FAST_SLOTS = {"im2col": ("04.im2col", "04.im2col_view"), "col2im": ("04.col2im",),
-               "conv2d_forward": ("04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward",
-                                  "04.conv2d_backward")}
-_native = []
-
-
-def _native_kernels():
-    if not _native:
-        try:
-            from mini.backends import get_backend
-            _native.append(get_backend("cpu"))
-        except Exception:  # the extension is not built: the numpy slots do the work
-            _native.append(None)
-    return _native[0]
-
-
-def _fast_backend(t: Tensor, kernel: str):
-    """The cpu backend, whose native ``kernel`` replaces the slots of ``_FAST_SLOTS[kernel]``
-    for the tensor ``t``, or None."""
-    if not NATIVE_CONV_KERNELS or t._data.storage.device.name != "cpu" \
-            or t._data.storage.data.dtype.kind != "f":
-        return None
-    for slot in _FAST_SLOTS[kernel]:
-        if not _exercises.runs_reference(slot):
-            return None
-    device = _native_kernels()
-    # (an extension built before the kernel existed lacks it: the slots do the work)
-    return device if device is not None and hasattr(device.ext, kernel) else None
-
-
-def _fast_im2col(x: Tensor, kernel_size, stride, padding):
-    device = _fast_backend(x, "im2col")
-    if device is None:
-        return None
-    n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = _geometry(tuple(x.shape), kernel_size, stride, padding)
-    buf = device.im2col(x._data, (kh, kw), (sh, sw), (ph, pw))
-    if buf is None:
-        return None
-    return Tensor._wrap(NDArray.make(buf, (n * ho * wo, c * kh * kw), x._data.storage.device))
-
-
-def _fast_col2im(cols: Tensor, x_shape, kernel_size, stride, padding):
-    device = _fast_backend(cols, "col2im")
-    if device is None:
-        return None
-    n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = _geometry(tuple(x_shape), kernel_size, stride, padding)
-    if tuple(cols.shape) != (n * ho * wo, c * kh * kw):
-        return None  # the slot's path reports the mismatch
-    buf = device.col2im(cols._data, (n, c, h, w), (kh, kw), (sh, sw), (ph, pw))
-    if buf is None:
-        return None
-    return Tensor._wrap(NDArray.make(buf, (n, c, h, w), cols._data.storage.device))
-
-
 class Im2Col(Function):
     @staticmethod
     def forward(ctx, x, kernel_size, stride, padding):
         ctx.geom = (tuple(x.shape), kernel_size, stride, padding)
-        out = _fast_im2col(x, kernel_size, stride, padding) if x.ndim == 4 else None
-        if out is not None:
-            return out
-        return _wrap(_im2col_np(_np(x), kernel_size, stride, padding), x)
+        return _wrap(_im2col_np(_np(x), kernel_size, stride, padding, x.device), x)
 
     @staticmethod
     def backward(ctx, g):
@@ -294,11 +227,7 @@ class Col2Im(Function):
     @staticmethod
     def forward(ctx, cols, x_shape, kernel_size, stride, padding):
         ctx.geom = (kernel_size, stride, padding)
-        out = _fast_col2im(cols, x_shape, kernel_size, stride, padding) \
-            if cols.ndim == 2 and len(x_shape) == 4 else None
-        if out is not None:
-            return out
-        return _wrap(_col2im_np(_np(cols), x_shape, kernel_size, stride, padding), cols)
+        return _wrap(_col2im_np(_np(cols), x_shape, kernel_size, stride, padding, cols.device), cols)
 
     @staticmethod
     def backward(ctx, g):
@@ -337,46 +266,23 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     if cin != c:
         raise ValueError(f"conv2d: input has {c} channels (shape {tuple(input.shape)}) but weight "
                          f"{tuple(weight.shape)} expects {cin}")
-    sh, sw = _pair(stride, "stride")
-    ph, pw = _pair(padding, "padding")
+    return _conv2d(input, weight, bias, (kh, kw), _pair(stride, "stride"), _pair(padding, "padding"))
+
+
+@has_fast_path("conv2d")
+def _conv2d(input: Tensor, weight: Tensor, bias, kernel_size, stride, padding) -> Tensor:
+    """conv2d composed of differentiable ops: im2col, a matrix product, a reshape.  This is
+    what the profiler and forward-mode AD see; otherwise its fast path runs: one Function
+    on the 04.conv2d_forward / 04.conv2d_backward slots (mini/ops/fast_paths.py)."""
+    n, c, h, w = input.shape
+    cout = weight.shape[0]
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
     ho, wo = conv_output_size(h, kh, sh, ph), conv_output_size(w, kw, sw, pw)
-    if _fused_conv_applies(input, weight, bias):
-        return Conv2dFunction.apply(input, weight, bias, (kh, kw), (sh, sw), (ph, pw))
     cols = im2col(input, (kh, kw), (sh, sw), (ph, pw))                 # [N·Ho·Wo, C·kh·kw]
-    out = cols.matmul(weight.reshape(cout, cin * kh * kw).transpose(0, 1))  # [N·Ho·Wo, Cout]
+    out = cols.matmul(weight.reshape(cout, c * kh * kw).transpose(0, 1))  # [N·Ho·Wo, Cout]
     if bias is not None:
         out = out + bias
     return out.reshape(n, ho, wo, cout).permute(0, 3, 1, 2)
-
-
-# conv2d as one Function instead of ~8 dispatched ops and their ~10 backward ops.  Its
-# forward and backward are the chapter 04 slots ``04.conv2d_forward`` / ``04.conv2d_backward``
-# (numpy in, numpy out), so a student's conv runs inside every model built on mini.  Two
-# stand-ins, each used only while the slots involved run mini's own reference:
-#   * device="cpu": the C++ kernels conv2d_forward / conv2d_backward, which build each
-#     image's columns a few rows at a time in cache instead of the whole im2col matrix
-#     (LeNet's second conv at batch 64: 22 MB never written; benchmarks/bench_cpu_kernels.py);
-#   * the backward computes only the gradients that are needed (the slot returns all three).
-# Under create_graph the backward is written with the differentiable Im2Col/Col2Im/matmul
-# ops instead, so gradients of gradients work.  FUSED_CONV = False composes conv2d from
-# those ops everywhere (the profiler does too, so it can count them).
-FUSED_CONV = True
-
-
-def _fused_conv_applies(x: Tensor, weight: Tensor, bias) -> bool:
-    if not FUSED_CONV or _profiler._ACTIVE or _fw._LEVEL[0]:
-        return False
-    d = x._data
-    dt, dev = d.storage.data.dtype, d.storage.device
-    if dt.kind != "f":
-        return False
-    for t in (weight, bias):
-        if t is None:
-            continue
-        if not isinstance(t, Tensor) or t._data.storage.data.dtype != dt \
-                or t._data.storage.device is not dev:
-            return False
-    return True
 
 
 def _c(t: Tensor) -> np.ndarray:
@@ -393,18 +299,12 @@ def _expect_shape(slot: str, what: str, got, shape: tuple) -> np.ndarray:
     return got
 
 
-def _conv2d_grads(x: np.ndarray, w: np.ndarray, g: np.ndarray, stride, padding, need) -> tuple:
-    """``04.conv2d_backward``'s reference, computing only the gradients in ``need``."""
-    cout, c, kh, kw = w.shape
-    gm = g.transpose(0, 2, 3, 1).reshape(-1, cout)                # [N*Ho*Wo, Cout]
-    gx = gw = gb = None
-    if need[1]:
-        gw = (gm.T @ im2col_matrix(x, (kh, kw), stride, padding)).reshape(w.shape)
-    if need[2]:
-        gb = gm.sum(axis=0)
-    if need[0]:
-        gx = col2im_matrix(gm @ w.reshape(cout, -1), x.shape, (kh, kw), stride, padding)
-    return gx, gw, gb
+# conv2d as one Function: its forward and backward are the chapter 04 slots
+# ``04.conv2d_forward`` / ``04.conv2d_backward`` (numpy in, numpy out), so a student's conv
+# runs inside every model built on mini.  On device="cpu", while the slots run mini's own
+# reference, their fast paths are the C++ kernels (mini/ops/fast_paths.py).  Under
+# create_graph the backward is written with the differentiable Im2Col/Col2Im/matmul ops
+# instead, so gradients of gradients work.
 
 
 class Conv2dFunction(Function):
@@ -416,12 +316,8 @@ class Conv2dFunction(Function):
         ctx.save_for_backward(x, weight)
         xn, wn = _c(x), _c(weight)
         bn = None if bias is None else _c(bias)
-        native = _fast_backend(x, "conv2d_forward")
-        if native is not None:
-            buf = native.conv2d_forward(xn, wn, bn, (sh, sw), (ph, pw))
-            return Tensor._wrap(NDArray.make(buf, (n, weight.shape[0], ho, wo), x._data.storage.device))
-        out = _expect_shape("04.conv2d_forward", "the output",
-                            conv2d_forward(xn, wn, bn, (sh, sw), (ph, pw)), (n, weight.shape[0], ho, wo))
+        out = conv2d_forward.on(x.device)(xn, wn, bn, (sh, sw), (ph, pw))
+        out = _expect_shape("04.conv2d_forward", "the output", out, (n, weight.shape[0], ho, wo))
         return _wrap(out.astype(xn.dtype, copy=False), x)
 
     @staticmethod
@@ -441,68 +337,140 @@ class Conv2dFunction(Function):
                 gx = Col2Im.apply(gm.matmul(weight.reshape(cout, -1)), tuple(x.shape), k, s, p)
             return gx, gw, gb, None, None, None
         xn, wn, gn = _c(x), _c(weight), _c(g)
-        native = _fast_backend(x, "conv2d_forward")
-        if native is not None:
-            bufs = native.conv2d_backward(xn, wn, gn, s, p, *need)
-            dev = x._data.storage.device
-            return tuple(None if b is None else Tensor._wrap(NDArray.make(b, shape, dev))
-                         for b, shape in zip(bufs, (xn.shape, wn.shape, (cout,)))) + (None, None, None)
-        if _exercises.runs_reference("04.conv2d_backward"):
-            grads = _conv2d_grads(xn, wn, gn, s, p, need)
-        else:
-            got = conv2d_backward(xn, wn, gn, s, p)
-            if not isinstance(got, tuple) or len(got) != 3:
-                raise TypeError("exercise 04.conv2d_backward must return a tuple "
-                                f"(grad_x, grad_weight, grad_bias), got {type(got).__name__}")
-            names = ("grad_x", "grad_weight", "grad_bias")
-            shapes = (xn.shape, wn.shape, (cout,))
-            grads = tuple(_expect_shape("04.conv2d_backward", names[i], got[i], shapes[i])
-                          if need[i] else None for i in range(3))
-        return tuple(None if a is None else _wrap(a.astype(xn.dtype, copy=False), g)
-                     for a in grads) + (None, None, None)
+        got = conv2d_backward.on(x.device)(xn, wn, gn, s, p)
+        if not isinstance(got, tuple) or len(got) != 3:
+            raise TypeError("exercise 04.conv2d_backward must return a tuple "
+                            f"(grad_x, grad_weight, grad_bias), got {type(got).__name__}")
+        names = ("grad_x", "grad_weight", "grad_bias")
+        shapes = (xn.shape, wn.shape, (cout,))
+        return tuple(_wrap(_expect_shape("04.conv2d_backward", names[i], got[i], shapes[i])
+                           .astype(xn.dtype, copy=False), g) if need[i] else None
+                     for i in range(3)) + (None, None, None)
 
 
 class MaxPool2dFunction(Function):
+    """Max pooling of NCHW; padding counts as -inf.  Keywords: ``dilation`` (pair),
+    ``extra``: the -inf rows/columns ceil_mode adds at the bottom/right (pair), ``out``: the
+    output size (pair), ``sink``: a list that receives the argmax within each window (for
+    ``return_indices``), or None."""
+
     @staticmethod
-    def forward(ctx, x, kernel_size, stride, padding):
-        a = _np(x)
-        n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = _geometry(a.shape, kernel_size, stride, padding)
-        if ph or pw:
-            a = np.pad(a, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
-        a = np.asarray(a, order="C")
-        s0, s1, s2, s3 = a.strides
-        win = np.lib.stride_tricks.as_strided(
-            a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2, s3),
-            writeable=False).reshape(n, c, ho, wo, kh * kw)
-        arg = win.argmax(axis=-1)
-        ctx.arg = arg
-        ctx.geom = (n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo)
-        return _wrap(np.take_along_axis(win, arg[..., None], axis=-1)[..., 0], x)
+    def forward(ctx, x, kernel_size, stride, padding, dilation=(1, 1), extra=(0, 0), out=None,
+                sink=None):
+        geom = (kernel_size, stride, padding, dilation, extra, out)
+        values, arg = max_pool2d_windows.on(x.device)(_np(x), *geom)
+        ctx.arg, ctx.x_shape, ctx.pool_geom = arg, tuple(x.shape), geom
+        if sink is not None:
+            sink.append(arg)
+        return _wrap(values, x)
 
     @staticmethod
     def backward(ctx, g):
-        n, c, h, w, kh, kw, sh, sw, ph, pw, ho, wo = ctx.geom
-        gn = _np(g)
-        if (sh, sw) == (kh, kw) and not (ph or pw) and h == ho * kh and w == wo * kw:
-            # windows that tile the input exactly: each input pixel receives the gradient of
-            # at most one window, placed at the window's argmax in one scatter (the values
-            # are those of the general loop below: nothing is summed)
-            out = np.zeros((n, c, ho, wo, kh * kw), dtype=gn.dtype)
-            np.put_along_axis(out, ctx.arg[..., None], gn[..., None], axis=-1)
-            out = out.reshape(n, c, ho, wo, kh, kw).transpose(0, 1, 2, 4, 3, 5)
-            return _wrap(out.reshape(n, c, h, w), g), None, None, None
-        out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=gn.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                hit = ctx.arg == i * kw + j  # the gradient goes to the max of each window
-                out[:, :, i:i + sh * ho:sh, j:j + sw * wo:sw] += np.where(hit, gn, 0)
-        return _wrap(out[:, :, ph:ph + h, pw:pw + w], g), None, None, None
+        gx = max_pool2d_grad.on(g.device)(_np(g), ctx.arg, ctx.x_shape, *ctx.pool_geom)
+        return _wrap(gx, g), None, None, None
 
 
-def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
-    """Maximum over each ``kernel_size`` window (NCHW); ``stride`` defaults to the kernel."""
-    if input.ndim != 4:
-        raise ValueError(f"max_pool2d expects a 4-D NCHW input, got shape {tuple(input.shape)}")
-    if stride is None:
-        stride = kernel_size
-    return MaxPool2dFunction.apply(input, kernel_size, stride, padding)
+@has_fast_path("max_pool2d")
+def max_pool2d_windows(a: np.ndarray, kernel_size, stride, padding, dilation, extra, out):
+    """Max pooling of the numpy array ``a`` [N, C, H, W] (all geometry arguments pairs;
+    ``extra``: the -inf rows/columns ceil_mode adds at the bottom/right; ``out``: (Ho, Wo)).
+    Returns ``(values, arg)``, both [N, C, Ho, Wo]: each window's maximum and its position
+    in the window, ``p * kw + q`` (the first maximum, as argmax finds it).  On device="cpu"
+    a C++ kernel stands in (mini/ops/fast_paths.py)."""
+    n, c, h, w = a.shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    (dh, dw), (eh, ew), (ho, wo) = dilation, extra, out
+    if ph or pw or eh or ew:
+        a = np.pad(a, ((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), constant_values=-np.inf)
+    a = np.asarray(a, order="C")
+    s0, s1, s2, s3 = a.strides
+    win = np.lib.stride_tricks.as_strided(
+        a, shape=(n, c, ho, wo, kh, kw), strides=(s0, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw),
+        writeable=False).reshape(n, c, ho, wo, kh * kw)
+    arg = win.argmax(axis=-1)
+    return np.take_along_axis(win, arg[..., None], axis=-1)[..., 0], arg
+
+
+@has_fast_path("max_pool2d_backward")
+def max_pool2d_grad(gn: np.ndarray, arg: np.ndarray, x_shape, kernel_size, stride, padding,
+                    dilation, extra, out) -> np.ndarray:
+    """The gradient of :func:`max_pool2d_windows`: each output's gradient ``gn`` [N, C, Ho,
+    Wo] goes to the input pixel at its window position ``arg``; returns [N, C, H, W]."""
+    n, c, h, w = x_shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    (dh, dw), (eh, ew), (ho, wo) = dilation, extra, out
+    if (sh, sw) == (kh, kw) and not (ph or pw or eh or ew) and (dh, dw) == (1, 1) \
+            and h == ho * kh and w == wo * kw:
+        # windows that tile the input exactly: each input pixel receives the gradient of
+        # at most one window, placed at the window's argmax in one scatter (the values
+        # are those of the general loop below: nothing is summed)
+        grad = np.zeros((n, c, ho, wo, kh * kw), dtype=gn.dtype)
+        np.put_along_axis(grad, arg[..., None], gn[..., None], axis=-1)
+        grad = grad.reshape(n, c, ho, wo, kh, kw).transpose(0, 1, 2, 4, 3, 5)
+        return grad.reshape(n, c, h, w)
+    grad = np.zeros((n, c, h + 2 * ph + eh, w + 2 * pw + ew), dtype=gn.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            hit = arg == i * kw + j  # the gradient goes to the max of each window
+            grad[:, :, i * dh:i * dh + sh * ho:sh, j * dw:j * dw + sw * wo:sw] += np.where(hit, gn, 0)
+    return grad[:, :, ph:ph + h, pw:pw + w]
+
+
+def pool_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1,
+                     ceil_mode: bool = False) -> int:
+    """PyTorch's pooling output size: ``floor`` (or ``ceil``) of
+    ``(size + 2·padding - dilation·(kernel - 1) - 1) / stride`` plus 1; with ceil_mode the
+    last window must still start inside the input or its left padding."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
+def pool_geometry(fn: str, shape, kernel_size, stride, padding, dilation=1, ceil_mode=False):
+    """Validated ``(kernel, stride, padding, dilation, extra, out)`` pairs of a 2-D pooling
+    of an NCHW ``shape``; ``extra`` is the padding ceil_mode adds at the bottom/right."""
+    if len(shape) != 4:
+        raise ValueError(f"{fn} expects a 4-D NCHW input, got shape {tuple(shape)}")
+    kernel = _pair(kernel_size, "kernel_size")
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _pair(stride, "stride")
+    padding, dilation = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ValueError(f"{fn}: invalid kernel_size {kernel}, stride {stride}, padding "
+                         f"{padding} or dilation {dilation}")
+    for k, p, d in zip(kernel, padding, dilation):
+        if p > (d * (k - 1) + 1) // 2:
+            raise ValueError(f"{fn}: pad should be at most half of effective kernel size, but got "
+                             f"pad={p}, kernel_size={k} and dilation={d}")
+    size = tuple(shape[2:])
+    out = tuple(pool_output_size(size[i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+                for i in range(2))
+    if min(out) < 1:
+        raise ValueError(f"{fn}: kernel {kernel} (dilation {dilation}) is larger than the padded "
+                         f"input {tuple(s + 2 * p for s, p in zip(size, padding))} (input shape "
+                         f"{tuple(shape)})")
+    extra = tuple(max(0, (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+                      - (size[i] + 2 * padding[i])) for i in range(2))
+    return kernel, stride, padding, dilation, extra, out
+
+
+def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Maximum over each ``kernel_size`` window (NCHW); ``stride`` defaults to the kernel.
+    Padding counts as -inf.  With ``return_indices`` also returns, for each output, the
+    flat index ``h * W + w`` of its maximum in the input plane (int64), as PyTorch does."""
+    geom = pool_geometry("max_pool2d", tuple(input.shape), kernel_size, stride, padding,
+                         dilation, ceil_mode)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), extra, (ho, wo) = geom
+    sink = [] if return_indices else None
+    out = MaxPool2dFunction.apply(input, (kh, kw), (sh, sw), (ph, pw), dilation=(dh, dw),
+                                  extra=extra, out=(ho, wo), sink=sink)
+    if not return_indices:
+        return out
+    arg = sink[0]
+    rows = np.arange(ho).reshape(ho, 1) * sh - ph + (arg // kw) * dh
+    cols = np.arange(wo).reshape(1, wo) * sw - pw + (arg % kw) * dw
+    index = (rows * input.shape[3] + cols).astype(np.int64)
+    return out, Tensor._wrap(NDArray.from_numpy(index, input._data.storage.device))

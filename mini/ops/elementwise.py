@@ -7,25 +7,21 @@ import math
 
 import numpy as np
 
-from mini.autograd.function import Function
+from mini.autograd.function import Function, observed
 from mini.autograd.tensor import Tensor
 from mini.autograd import grad_mode
-from mini.autograd import forward_ad as _fw
-from mini.ndarray import NDArray
-from mini.utils import profiler as _profiler
 from mini.ndarray.dtypes import as_dtype
 from mini.exercises import exercise
 from mini.ops._util import nd, tangent_sum, sum_to, cast_like
 
 
-def _out(ndarray) -> Tensor:
-    return Tensor._wrap(ndarray)
+_out = Tensor._wrap
 
 
 def _binary(op: str, a, b):
     """Run a binary kernel on a Tensor/number pair (at least one is a Tensor)."""
     if isinstance(a, Tensor):
-        return _out(a._data.ewise(op, nd(b)))
+        return _out(a._data.ewise(op, b._data if isinstance(b, Tensor) else b))
     return _out(b._data.scalar(op, a, reverse=True))
 
 
@@ -241,23 +237,6 @@ def relu_vjp(grad, a):
 
 
 
-def _fast_relu_vjp(grad, a):
-    """:func:`relu_vjp` on the buffers (the reference's float operations, bit-identical)
-    when no graph is being built: one kernel instead of a comparison, a cast and a product."""
-    if grad_mode._ENABLED[0] or _profiler._ACTIVE or _fw._LEVEL[0]:
-        return NotImplemented
-    if not isinstance(grad, Tensor) or not isinstance(a, Tensor):
-        return NotImplemented
-    gd, ad = grad._data, a._data
-    if gd.shape != ad.shape or gd.storage.device is not ad.storage.device \
-            or gd.storage.data.dtype.kind != "f" or ad.storage.data.dtype.kind != "f":
-        return NotImplemented
-    gn = gd.to_numpy_view()
-    out = gn * (ad.to_numpy_view() > 0).astype(gn.dtype)
-    return Tensor._wrap(NDArray.from_numpy(out, gd.storage.device))
-
-
-relu_vjp.set_fast_path(_fast_relu_vjp)
 
 def _unary(name, kernel, grad_rule, saves="input", vjp=None):
     """Build a unary Function from its kernel name and its derivative rule.
@@ -392,10 +371,14 @@ def _reduce_grad(g, meta):
 
 # --- public functions ----------------------------------------------------------------------
 def _binary_op(fn_cls):
+    apply = fn_cls.apply
+
     def op(a, b):
+        if isinstance(b, Tensor) and isinstance(a, Tensor):  # the common case, checked first
+            return apply(a, b)
         _check_operands(fn_cls.__name__.lower(), a, b)
         like = a if isinstance(a, Tensor) else b
-        return fn_cls.apply(_as_operand(a, like), _as_operand(b, like))
+        return apply(_as_operand(a, like), _as_operand(b, like))
     op.__name__ = fn_cls.__name__.lower()
     return op
 
@@ -500,39 +483,46 @@ def to_device(a, device):
     return ToDevice.apply(a, device)
 
 
-# Not differentiable: comparisons, sign, erf (used inside derivative rules).
+# Not differentiable: comparisons, sign, erf (used inside derivative rules).  They do not
+# go through Function.apply, so ``observed`` shows them to the op observer.
 def _compare(op):
     def f(a, b):
         if isinstance(a, Tensor):
             return _out(a._data.ewise(op, nd(b)))
         return _out(b._data.scalar(op, a, reverse=True))
     f.__name__ = op
-    return f
+    return observed(f)
 
 
 eq, ne, lt, le, gt, ge = (_compare(o) for o in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
+@observed
 def sign(a):
     return _out(a._data.unary("sign"))
 
 
+@observed
 def isfinite(a):
     return _out(a._data.unary("isfinite"))
 
 
+@observed
 def isnan(a):
     return _out(a._data.unary("isnan"))
 
 
+@observed
 def logical_not(a):
     return _out(a._data.unary("logical_not"))
 
 
+@observed
 def any(a, dim=None, keepdim=False):
     return _out(a._data.reduce("any", dim, keepdim))
 
 
+@observed
 def all(a, dim=None, keepdim=False):
     return _out(a._data.reduce("all", dim, keepdim))
 
@@ -540,7 +530,14 @@ def all(a, dim=None, keepdim=False):
 def erf(a):
     if a.requires_grad and grad_mode.is_grad_enabled():
         return Erf.apply(a)
+    return _erf_values(a)
+
+
+def _erf_values(a):
     return _out(a._data.unary("erf"))
+
+
+_erf_values = observed(_erf_values, "erf")
 
 
 Erf = _unary("Erf", "erf", lambda x, y: (2 / math.sqrt(math.pi)) * (-(x * x)).exp())

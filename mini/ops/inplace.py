@@ -9,6 +9,7 @@ from __future__ import annotations
 import numbers
 
 from mini.autograd import grad_mode
+from mini.autograd.function import observed
 from mini.autograd.tensor import Tensor
 from mini.ops import elementwise as E
 from mini.ops import shape as SH
@@ -62,12 +63,15 @@ def _inplace_binary(op_name, fn):
     return method
 
 
-add_ = _inplace_binary("add", E.add)
-sub_ = _inplace_binary("sub", E.sub)
-mul_ = _inplace_binary("mul", E.mul)
-div_ = _inplace_binary("div", E.div)
+# In-place ops do not go through Function.apply (without a graph they write the buffer
+# directly): ``observed`` shows each of them to the op observer.
+add_ = observed(_inplace_binary("add", E.add))
+sub_ = observed(_inplace_binary("sub", E.sub))
+mul_ = observed(_inplace_binary("mul", E.mul))
+div_ = observed(_inplace_binary("div", E.div))
 
 
+@observed
 def pow_(self, exponent):
     if _check_inplace(self, exponent):
         return _write_back(self, E.pow(SH.clone(self), exponent))
@@ -76,14 +80,29 @@ def pow_(self, exponent):
     return self
 
 
+@observed
 def clamp_(self, min=None, max=None):
-    result = E.clamp(self, min, max)
     if _check_inplace(self):
-        return _write_back(self, result)
-    self._data.copy_from(result._data)
+        # clamp saves its input for backward: give it a recorded copy (see _inplace_binary)
+        return _write_back(self, E.clamp(SH.clone(self), min, max))
+    self._data.copy_from(E.clamp(self, min, max)._data)
     return self
 
 
+def apply_(self, fn):
+    """Write ``fn(self)`` into ``self`` in place and return ``self``: what ``inplace=True``
+    means for a function of one tensor (``F.leaky_relu(x, inplace=True)``).  Recorded like
+    the other in-place ops: ``fn`` runs on a recorded copy, so what it saves for backward
+    is not overwritten."""
+    if _check_inplace(self):
+        return _write_back(self, fn(SH.clone(self)))
+    with grad_mode.no_grad():
+        result = fn(self)
+    self._data.copy_from(result._data.astype(self.dtype))
+    return self
+
+
+@observed
 def copy_(self, src):
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_: expected a Tensor source, got {type(src).__name__}")
@@ -93,6 +112,7 @@ def copy_(self, src):
     return self
 
 
+@observed
 def fill_(self, value):
     if isinstance(value, Tensor):
         value = value.item()
@@ -103,10 +123,12 @@ def fill_(self, value):
     return self
 
 
+@observed
 def zero_(self):
     return fill_(self, 0)
 
 
+@observed
 def setitem(self, key, value):
     if isinstance(key, Tensor):
         key = key._data.to_numpy_view() if key.dtype.name == "bool" else key
@@ -121,6 +143,7 @@ def setitem(self, key, value):
     return None
 
 
+@observed
 def uniform_(self, a: float = 0.0, b: float = 1.0):
     with grad_mode.no_grad():
         values = _random.generator().uniform(a, b, size=tuple(self.shape))
@@ -128,6 +151,7 @@ def uniform_(self, a: float = 0.0, b: float = 1.0):
     return self
 
 
+@observed
 def normal_(self, mean: float = 0.0, std: float = 1.0):
     with grad_mode.no_grad():
         values = _random.generator().normal(mean, std, size=tuple(self.shape))

@@ -17,12 +17,8 @@ float32 holds 16 bytes per parameter (weight, gradient, m, v) before activations
 """
 from __future__ import annotations
 
-import numpy as np
-
-from mini import exercises as _exercises
 from mini.autograd import grad_mode
 from mini.exercises import exercise
-from mini.utils import profiler as _profiler
 from mini.ops import creation as _C
 from mini.optim.optimizer import Optimizer
 
@@ -49,48 +45,6 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, we
     denom = exp_avg_sq.sqrt() / (bias_correction2 ** 0.5) + eps
     param.sub_(exp_avg / denom, alpha=lr / bias_correction1)
     ### END SOLUTION
-
-
-def _fused_adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
-                      weight_decay) -> bool:
-    """:func:`adamw_step` done directly on the numpy buffers: the same float operations in
-    the same order and dtype (so bit-identical results) and the same version-counter bumps,
-    without ~13 dispatched tensor ops.  Returns False (nothing done) where it does not apply:
-    mixed dtypes or devices, non-compact or non-float buffers."""
-    arrays = (param._data, grad._data, exp_avg._data, exp_avg_sq._data)
-    dt = arrays[0].storage.data.dtype
-    if dt.kind != "f":
-        return False
-    dev = arrays[0].storage.device
-    shape = arrays[0].shape
-    for a in arrays:
-        if a.storage.data.dtype != dt or a.shape != shape or a.storage.device is not dev \
-                or not a.is_compact():
-            return False
-    if len({id(a.storage) for a in (arrays[0], arrays[2], arrays[3])}) != 3:
-        return False
-    p, g, m, v = (a.to_numpy_view() for a in arrays)
-    f = dt.type
-    np.multiply(m, f(beta1), out=m)                  # exp_avg.mul_(beta1)
-    m += g * f(1 - beta1)                            # .add_(grad, alpha=1 - beta1)
-    np.multiply(v, f(beta2), out=v)                  # exp_avg_sq.mul_(beta2)
-    gg = g * g
-    gg *= f(1 - beta2)
-    v += gg                                          # .add_(grad * grad, alpha=1 - beta2)
-    if weight_decay != 0:
-        np.multiply(p, f(1 - lr * weight_decay), out=p)
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2 = 1 - beta2 ** step
-    denom = np.sqrt(v)
-    denom /= f(bias_correction2 ** 0.5)
-    denom += f(eps)
-    upd = m / denom
-    upd *= f(lr / bias_correction1)
-    p -= upd
-    arrays[2].storage.version += 2
-    arrays[3].storage.version += 2
-    arrays[0].storage.version += 2 if weight_decay != 0 else 1
-    return True
 
 
 class Adam(Optimizer):
@@ -125,9 +79,6 @@ class Adam(Optimizer):
         if closure is not None:
             with grad_mode.enable_grad():
                 loss = closure()
-        # mini's own AdamW step (no student implementation registered, no profiler that
-        # counts the ops) runs fused on the buffers; otherwise the 05.adamw_step slot runs.
-        fused = _exercises.runs_reference("05.adamw_step") and not _profiler._ACTIVE
         with grad_mode.no_grad():
             for group in self.param_groups:
                 beta1, beta2 = group["betas"]
@@ -147,9 +98,6 @@ class Adam(Optimizer):
                         if wd != 0:
                             g = g + p * wd            # L2: the decay rides on the gradient
                         decay = 0.0
-                    if fused and _fused_adamw_step(p, g, state["exp_avg"], state["exp_avg_sq"],
-                                                   state["step"], lr, beta1, beta2, eps, decay):
-                        continue
                     adamw_step(p, g, state["exp_avg"], state["exp_avg_sq"], state["step"],
                                lr, beta1, beta2, eps, decay)
         return loss

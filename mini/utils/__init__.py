@@ -1,6 +1,7 @@
 """Utilities above the framework core: ``mini.utils.data`` (datasets and loaders),
 ``mini.utils.profiler`` (what a step costs), ``mini.utils.cpp_extension`` (student C++),
-``mini.utils.checkpoint`` (activation checkpointing).  Submodules load on first use."""
+``mini.utils.train_state`` (the complete training state, saved atomically).  Activation
+checkpointing (``utils.checkpoint``) arrives with chapter 06.  Submodules load on first use."""
 import importlib as _importlib
 
 

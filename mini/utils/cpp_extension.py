@@ -32,6 +32,14 @@ What it does:
   errors with line numbers of *your* source string (line 1 is its first line) and quotes
   the offending line.
 
+CUDA: ``load_inline(name, cpp_sources, cuda_sources=..., functions=[...])`` compiles CUDA
+C++ (kernels, ``<<<grid, block>>>`` launches and the host code around them) with nvcc where
+an NVIDIA GPU and driver are present, and otherwise with the C++ compiler against mini's
+CUDA emulator, which checks every kernel for races, out-of-bounds and uninitialised
+accesses and counts its memory traffic (see ``mini/backends/cuda`` and ``mini.cuda``).
+Compiler errors name lines of ``cpp_sources`` (file ``<cell>``) or ``cuda_sources``
+(file ``<cuda>``).
+
 Modules are not registered in ``sys.modules``; keep the returned object.  Compiled modules
 cannot be pickled: code that must travel to another process (the grader's sandbox) should
 carry the source string and call ``load_inline`` again there (a cache hit).
@@ -106,20 +114,29 @@ class CompileError(RuntimeError):
 
 _DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*"
                    r"(?P<kind>fatal error|error|warning|note):\s*(?P<msg>.*)$")
+# nvcc's front end: file(line): error: message   (also "error #20-D: ...")
+_NVCC_DIAG = re.compile(r'^"?(?P<file>[^(\n"]+)"?\((?P<line>\d+)\):\s*'
+                        r"(?P<kind>fatal error|error|warning|remark)(?: #[\w-]+)?:\s*(?P<msg>.*)$")
 
-
-def _parse_log(log: str, src_lines: list[str], functions: Sequence[str]) -> list[CompileIssue]:
+def _parse_log(log: str, src_lines: list[str], functions: Sequence[str],
+               sources: Mapping[str, list[str]] | None = None) -> list[CompileIssue]:
+    """Diagnostics of ``log`` mapped to the student's sources: ``sources`` maps a file
+    label (``<cell>``, ``<cuda>``) to its lines; by default ``src_lines`` is ``<cell>``."""
+    sources = dict(sources) if sources else {CELL_FILE: src_lines}
     issues = []
     for raw in log.splitlines():
-        m = _DIAG.match(raw.strip())
+        m = _DIAG.match(raw.strip()) or _NVCC_DIAG.match(raw.strip())
         if not m:
             continue
         kind = "error" if m["kind"] == "fatal error" else m["kind"]
-        line, col = int(m["line"]), int(m["col"] or 0)
-        in_cell = m["file"].endswith(CELL_FILE)
+        line = int(m["line"])
+        col = int(m.groupdict().get("col") or 0)
+        label = next((lab for lab in sources if m["file"].endswith(lab)), None)
+        in_cell = label is not None
         msg = m["msg"]
         if in_cell:
-            text = src_lines[line - 1] if 1 <= line <= len(src_lines) else ""
+            lines_of = sources[label]
+            text = lines_of[line - 1] if 1 <= line <= len(lines_of) else ""
         else:
             text = ""
             if m["file"].endswith("<bindings>") and kind == "error":
@@ -127,7 +144,8 @@ def _parse_log(log: str, src_lines: list[str], functions: Sequence[str]) -> list
                 if missing:
                     msg = (f"functions= names {missing[0]!r}, but your source defines no "
                            f"function of that name ({msg})")
-        issues.append(CompileIssue(line, col, kind, msg, text, in_cell, os.path.basename(m["file"])))
+        issues.append(CompileIssue(line, col, kind, msg, text, in_cell,
+                                   label or os.path.basename(m["file"])))
     return issues
 
 
@@ -139,9 +157,12 @@ def _format_error(name: str, issues: list[CompileIssue], log: str) -> str:
         return f"{head}; compiler output:\n{tail}"
     out = [f"{head}: {len(errors)} error{'s' if len(errors) != 1 else ''} "
            f"(line numbers count from the first line of your source)"]
+    several = len({i.file for i in errors if i.in_cell}) > 1 or any(
+        i.in_cell and i.file != CELL_FILE for i in errors)
     for i in errors[:10]:
         if i.in_cell:
-            out.append(f"  line {i.line}, column {i.column}: {i.message}")
+            where = f"{i.file} line {i.line}" if several else f"line {i.line}"
+            out.append(f"  {where}, column {i.column}: {i.message}" if i.column else f"  {where}: {i.message}")
             if i.source_line:
                 out.append(f"    {i.line:>4} | {i.source_line.rstrip()}")
                 if i.column:
@@ -244,11 +265,14 @@ def _normalize_functions(functions) -> dict[str, str]:
     return dict(items)
 
 
-def _full_source(name: str, student: str, functions: dict[str, str]) -> str:
+def _bindings(name: str, functions: dict[str, str]) -> str:
     defs = "\n".join(f"    m.def({json_str(f)}, &{f}, {json_str(doc)});" for f, doc in functions.items())
+    return f"PYBIND11_MODULE({name}, m) {{\n{defs}\n}}\n"
+
+
+def _full_source(name: str, student: str, functions: dict[str, str]) -> str:
     return (_PREAMBLE + f'#line 1 "{CELL_FILE}"\n' + student + "\n"
-            + '#line 1 "<bindings>"\n'
-            + f"PYBIND11_MODULE({name}, m) {{\n{defs}\n}}\n")
+            + '#line 1 "<bindings>"\n' + _bindings(name, functions))
 
 
 def json_str(s: str) -> str:
@@ -258,12 +282,19 @@ def json_str(s: str) -> str:
 
 # --------------------------------------------------------------------------- build
 
-def load_inline(name: str, cpp_sources: str | Sequence[str], functions=None,
-                extra_cflags: Iterable[str] | None = None,
+def load_inline(name: str, cpp_sources: str | Sequence[str], cuda_sources: str | Sequence[str] | None = None,
+                functions=None, extra_cflags: Iterable[str] | None = None,
                 extra_ldflags: Iterable[str] | None = None, verbose: bool = False,
-                build_directory: str | os.PathLike | None = None):
+                build_directory: str | os.PathLike | None = None, *,
+                extra_cuda_cflags: Iterable[str] | None = None, sanitize: bool = True):
     """Compile ``cpp_sources`` (a string or a list of strings, joined by newlines) into a
     module named ``name`` whose functions are ``functions``, and return the module.
+
+    With ``cuda_sources`` (CUDA C++: kernels, launches and host code) the module is built
+    by nvcc where a GPU can run it and otherwise for mini's CUDA emulator; then
+    ``sanitize`` (default True) builds the emulated kernels with every memory access
+    checked (races, bounds, uninitialised reads) and counted.  ``extra_cuda_cflags`` go to
+    the compiler of ``cuda_sources`` only.
 
     A second call with the same source, functions and flags returns the cached build
     without compiling.  Raises :class:`CompileError` (line numbers relative to your source)
@@ -273,14 +304,23 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], functions=None,
         raise ValueError(f"load_inline: name must be a Python identifier, got {name!r}")
     if not isinstance(cpp_sources, str):
         cpp_sources = "\n".join(cpp_sources)
+    if cuda_sources is not None and not isinstance(cuda_sources, str):
+        cuda_sources = "\n".join(cuda_sources)
     funcs = _normalize_functions(functions)
     cflags = [str(f) for f in (extra_cflags or [])]
     ldflags = [str(f) for f in (extra_ldflags or [])]
+    cuda_cflags = [str(f) for f in (extra_cuda_cflags or [])]
     cxx = compiler()
+    plan = None
+    if cuda_sources is not None:
+        from mini.backends.cuda.build import plan_cuda_build   # lazy: only CUDA builds need it
+        plan = plan_cuda_build(name, cpp_sources, cuda_sources, _bindings("{module}", funcs),
+                               cflags, cuda_cflags, ldflags, sanitize=bool(sanitize))
 
     key = "\0".join([_VERSION, name, cpp_sources, repr(sorted(funcs.items())), repr(cflags),
                      repr(ldflags), cxx, _compiler_id(cxx), sys.version,
-                     sysconfig.get_config_var("EXT_SUFFIX") or ""])
+                     sysconfig.get_config_var("EXT_SUFFIX") or ""]
+                    + ([cuda_sources, repr(cuda_cflags), plan.key] if plan else []))
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     with _lock:
         mod = _MODULES.get(digest)
@@ -302,18 +342,54 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], functions=None,
             fcntl.flock(lockf, fcntl.LOCK_EX)     # one build at a time per source (xdist, kernels)
             try:
                 if not target.exists():
-                    _build(modname, cpp_sources, funcs, cflags, ldflags, cxx, folder, target, verbose)
+                    if plan is not None:
+                        _build_plan(modname, plan, funcs, folder, target, verbose)
+                    else:
+                        _build(modname, cpp_sources, funcs, cflags, ldflags, cxx, folder, target, verbose)
             finally:
                 fcntl.flock(lockf, fcntl.LOCK_UN)
     elif verbose:
         print(f"load_inline: using cached build {target}")
 
+    if plan is not None and plan.runtime is not None:
+        from mini.backends.cuda import emulator   # the runtime is loaded before the module
+        emulator.library()
     spec = importlib.util.spec_from_file_location(modname, target)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    if plan is not None:
+        from mini.backends.cuda.emulator import wrap_module
+        mod = wrap_module(mod, plan, target)
     with _lock:
         _MODULES[digest] = mod
     return mod
+
+
+def _build_plan(name, plan, funcs, folder: Path, target: Path, verbose):
+    """Run a CUDA build plan (mini.backends.cuda.build): compile, then link."""
+    src = folder / f"{name}{plan.suffix}"
+    src.write_text(plan.source.replace("PYBIND11_MODULE({module}", f"PYBIND11_MODULE({name}"))
+    obj = folder / f".{name}.{os.getpid()}.o"
+    tmp_out = folder / f".{name}.{os.getpid()}.tmp{target.suffix}"
+    log = ""
+    for template in plan.commands:
+        cmd = [c.replace("{src}", str(src)).replace("{obj}", str(obj)).replace("{out}", str(tmp_out))
+               for c in template]
+        if verbose:
+            print("load_inline:", " ".join(shlex.quote(c) for c in cmd))
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+        log += (r.stdout or "") + (r.stderr or "")
+        if r.returncode != 0:
+            (folder / "build.log").write_text(log)
+            tmp_out.unlink(missing_ok=True)
+            obj.unlink(missing_ok=True)
+            issues = _parse_log(log, plan.sources.get(CELL_FILE, []), list(funcs), plan.sources)
+            raise CompileError(name.rsplit("_", 1)[0], issues, log, cmd)
+    (folder / "build.log").write_text(log)
+    obj.unlink(missing_ok=True)
+    if verbose and log.strip():
+        print(log)
+    os.replace(tmp_out, target)
 
 
 def _build(name, student, funcs, cflags, ldflags, cxx, folder: Path, target: Path, verbose):

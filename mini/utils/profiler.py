@@ -8,9 +8,10 @@ allocated.
     prof.op_counts()        # {"MatMul": 2, "MatMulBackward0": 2, ...}
     prof.dispatch_seconds() # time spent around kernels (Python, graph recording)
 
-Forward operations are recorded at ``Function.apply`` and backward nodes when the engine
-runs them.  Each event keeps wall time and the bytes allocated inside it, so the
-dispatch-overhead law of chapter 01 (time per op versus arithmetic) can be measured.
+Forward operations are recorded through the op observer of ``Function.apply``
+(``mini.autograd.function.set_op_observer``), backward nodes when the engine runs them.
+Each event keeps wall time and the bytes allocated inside it, so the dispatch-overhead law
+of chapter 01 (time per op versus arithmetic) can be measured.
 """
 from __future__ import annotations
 
@@ -78,14 +79,29 @@ class Profile:
 @contextmanager
 def profile():
     """Record every operation run inside the block."""
+    from mini.autograd import function
     prof = Profile()
     _ACTIVE.append(prof)
+    # forward ops reach the profiler through the op observer of Function.apply (one hook
+    # for every tool that watches ops); an observer installed before keeps seeing them
+    previous = function.set_op_observer(None)
+    function.set_op_observer(_observer(previous))
     start = time.perf_counter()
     try:
         yield prof
     finally:
         prof.wall_seconds = time.perf_counter() - start
+        function.set_op_observer(previous)
         _ACTIVE.remove(prof)
+
+
+def _observer(previous):
+    def observe(name, op, args, kwargs, run):
+        with record(name, "forward"):
+            if previous is not None:
+                return previous(name, op, args, kwargs, run)
+            return run()
+    return observe
 
 
 _DEPTH = [0]

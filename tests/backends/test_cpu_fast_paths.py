@@ -10,23 +10,16 @@ Every error path raises a clear Python error before any memory is touched.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
 import mini
 from mini import exercises
-from mini.backends.cpu import build_info
 from mini.ops import conv as conv_ops
 
 DTYPES = [np.float32, np.float64]
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    module = build_info.load_extension()
-    if module is None:
-        pytest.fail(build_info.import_error())
-    return module
 
 
 def _view(buf, offset, shape, strides):
@@ -262,11 +255,11 @@ def test_conv_uses_the_native_kernels_only_for_the_reference(device, monkeypatch
         return out.detach().numpy(), x.grad.numpy(), w.grad.numpy()
 
     native = run()
-    monkeypatch.setattr(conv_ops, "NATIVE_CONV_KERNELS", False)
-    slots = run()
+    with exercises.fast_paths(False, "04.conv2d_forward", "04.conv2d_backward", "04.im2col",
+                              "04.col2im"):
+        slots = run()
     for got, want in zip(native, slots):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(conv_ops, "NATIVE_CONV_KERNELS", True)
 
     # A student's implementation is what runs, whenever one is registered.
     calls = []
@@ -366,12 +359,20 @@ def test_large_buffers_are_recycled_only_when_free():
     assert all(raw is not huge.base for raw in nb._pool)
 
 
-def test_numpy_device_conv_never_uses_the_native_kernels(monkeypatch):
-    # device="numpy" is the portable reference: its conv runs the numpy slots only.
-    def refuse():
-        raise AssertionError("a native kernel ran for device='numpy'")
-    monkeypatch.setattr(conv_ops, "_native_kernels", refuse)
-    x = mini.randn(2, 1, 5, 5, requires_grad=True)
-    w = mini.randn(3, 1, 3, 3, requires_grad=True)
-    conv_ops.conv2d(x, w, None, stride=1, padding=1).sum().backward()
+@pytest.mark.parametrize("profiled", [False, True])
+def test_numpy_device_conv_never_uses_the_native_kernels(monkeypatch, profiled):
+    # device="numpy" is the portable reference: its conv runs the numpy slots only, and so
+    # do the composed ops the profiler sees.
+    from mini.ops import fast_paths
+    from mini.utils import profiler
+
+    def refuse(name):
+        raise AssertionError(f"a native kernel ({name}) ran for device='numpy'")
+    monkeypatch.setattr(fast_paths, "_cpu_kernel", refuse)
+    x = mini.randn(2, 1, 5, 5, device="numpy", requires_grad=True)
+    w = mini.randn(3, 1, 3, 3, device="numpy", requires_grad=True)
+    with profiler.profile() if profiled else contextlib.nullcontext():
+        conv_ops.conv2d(x, w, None, stride=1, padding=1).sum().backward()
+        x.contiguous()
+        x.transpose(2, 3).contiguous()
     assert x.grad is not None and w.grad is not None

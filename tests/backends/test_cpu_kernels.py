@@ -24,14 +24,6 @@ TOL = {np.float32: dict(rtol=2e-5, atol=1e-6), np.float64: dict(rtol=1e-12, atol
 SIZES = [0, 1, 7, 65, 1000, 32768, 100_003]
 
 
-@pytest.fixture(scope="module")
-def cpu():
-    module = build_info.load_extension()
-    if module is None:
-        pytest.fail(build_info.import_error())
-    return module
-
-
 def rng(seed=0):
     return np.random.default_rng(seed)
 

@@ -6,8 +6,9 @@
   ``mini-course``'s own code) and returns the scores per student and grade id.
 - :func:`execute_notebook` runs a notebook top to bottom in a fresh kernel from its own
   folder and returns the errors per cell.
-- :func:`builder_path` / :func:`load_builder` find and import a chapter's notebook builder
-  (``course/build_chNN_topic.py``).
+- :func:`source_paths`: a chapter's sources (``course/sources/NN_topic/*.md``).
+- :func:`run_cells`: run some cells of a chapter's notebook (the setup, a demo, a solution)
+  in one namespace, so that a test uses the notebook's own code instead of a copy of it.
 - :func:`displayed_widget_bundle`: the mime bundle of a napkin widget shown as if a widget
   frontend were there.
 - :func:`assert_solution_regions_equal_references` and
@@ -26,10 +27,12 @@ import nbformat
 
 REPO = Path(__file__).resolve().parents[2]
 COURSE = REPO / "course"
+SOURCES = COURSE / "sources"
 
 __all__ = ["REPO", "COURSE", "chapters_with_notebooks", "GradedChapter", "grade_chapter",
            "graded_once", "CellError", "execute_notebook", "test_cells", "quiet",
-           "builder_path", "load_builder", "displayed_widget_bundle", "assert_solution_regions_equal_references",
+           "SOURCES", "source_paths", "notebook_of", "run_cells", "displayed_widget_bundle",
+           "assert_solution_regions_equal_references",
            "assert_signatures_and_docstrings_equal_references"]
 
 
@@ -181,21 +184,45 @@ def execute_notebook(path: str | Path, timeout: int = 120) -> list[CellError]:
     return errors
 
 
-# --------------------------------------------------------------------------- builders and notebooks
+# --------------------------------------------------------------------------- sources and notebooks
 
-def builder_path(chapter: str) -> Path:
-    """``course/build_chNN_topic.py``, the script that writes ``course/NN_topic/*.ipynb``."""
-    return COURSE / f"build_ch{chapter}.py"
+def source_paths(chapter: str) -> list[Path]:
+    """``course/sources/<chapter>/*.md``: the sources of ``chapter`` (``"04_hardware"``)."""
+    return sorted((SOURCES / chapter).glob("*.md"))
 
 
-def load_builder(chapter: str):
-    """The builder of ``chapter`` (``"04_hardware"``) imported as a module (not run)."""
-    import importlib.util
-    path = builder_path(chapter)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def notebook_of(chapter: str) -> Path:
+    """The (one) notebook of ``chapter``, ``course/<chapter>/<name>.ipynb``."""
+    (path,) = sorted((COURSE / chapter).glob("*.ipynb"))
+    return path
+
+
+def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
+    """Run cells of ``chapter``'s notebook, in the order given, in one namespace named
+    ``__main__`` (as in a kernel), and return it.  A name is a demo's (``"setup"``,
+    ``"payoff"``) or a slot (``"02.multiply_add"``: its exercise or solution cell, which
+    registers the reference into mini; the conftest fixture unregisters it after the test).
+    ``ns``, when given, is the namespace to run in (a previous call's, or the names a free
+    cell the student fills would define).
+
+    The notebook's own code, not a copy of it: tests of what a demo shows run the demo.
+    Thread limits a cell sets for BLAS (the setup of 05) end with the call."""
+    from threadpoolctl import threadpool_limits
+
+    from grader.checks import solution_grade_id
+
+    by_id = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell
+             for cell in nbformat.read(str(notebook_of(chapter)), as_version=4).cells}
+    ns = {} if ns is None else ns
+    ns.setdefault("__name__", "__main__")
+    ns.setdefault("__builtins__", __builtins__)
+    with threadpool_limits(limits=None):
+        for name in names:
+            gid = solution_grade_id(name) if "." in name else f"{chapter[:2]}_{name}"
+            if gid not in by_id:
+                raise KeyError(f"{chapter} has no cell {name!r} (grade id {gid})")
+            exec(compile(by_id[gid].source, f"<{chapter} {name}>", "exec"), ns)
+    return ns
 
 
 def assert_solution_regions_equal_references(notebook: Path, slots: list[str]) -> None:

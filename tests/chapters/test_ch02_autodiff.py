@@ -17,7 +17,7 @@ import pytest
 
 import mini
 from helpers import (assert_signatures_and_docstrings_equal_references,
-                     assert_solution_regions_equal_references, displayed_widget_bundle)
+                     assert_solution_regions_equal_references, displayed_widget_bundle, run_cells)
 from mini.autograd import Function, forward_ad, graph
 from mini.napkin.autodiff import (activation_crossover_batch, gradient_passes, jacobian_bytes,
                                   mlp_saved_breakdown, mlp_saved_bytes)
@@ -36,16 +36,9 @@ def val(t):
     return np.asarray(t.detach().numpy(), dtype=np.float64)
 
 
-class MultiplyAdd(Function):
-    @staticmethod
-    def forward(ctx, x, y, z):
-        ctx.save_for_backward(x, y)
-        return x * y + z
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        return grad * y, grad * x, grad
+def notebook_multiply_add():
+    """The notebook's solution of exercise 18 (a Function), from its cell."""
+    return run_cells("02_autodiff", "setup", "02.multiply_add")["MultiplyAdd"]
 
 
 # --------------------------------------------------------------------------- seed facts
@@ -90,6 +83,7 @@ def test_broadcast_gradient_fact():
 
 
 def test_multiply_add_fact():
+    MultiplyAdd = notebook_multiply_add()
     x, y, z = (mini.tensor(v, requires_grad=True) for v in (2.0, 3.0, 1.0))
     out = MultiplyAdd.apply(x, y, z)
     assert out.item() == 7.0 and out.grad_fn.name() == "MultiplyAddBackward"
@@ -209,67 +203,63 @@ def test_plot_against_batch_size():
 
 # --------------------------------------------------------------------------- the payoff
 
-def _mlp_and_batch():
-    from mini import nn
-    mini.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-    rng = np.random.default_rng(0)
-    return model, rng.random((128, 64)).astype(np.float32), rng.integers(0, 10, 128)
+@pytest.fixture
+def payoff(capsys):
+    """The namespace of the notebook's payoff after its gradient cell ran (mini's references
+    standing in for the student's engine), and what that cell printed."""
+    ns = run_cells("02_autodiff", "setup", "demo_payoff_gradients")
+    return ns, capsys.readouterr().out
 
 
-def _engine_grads(model, x, y):
-    import mini.nn.functional as F
-    for p in model.parameters():
-        p.grad = None
-    F.cross_entropy(model(mini.tensor(x)), mini.tensor(y)).backward()
-    return [val(p.grad) for p in model.parameters()]
-
-
-def _numpy_grads(model, x, y):
+def test_the_payoffs_numpy_backward_is_right(payoff):
+    """The cell's hand-written numpy backward against central differences of the same
+    loss in float64 (step 1e-6: truncation about 1e-12 times the third derivative,
+    rounding about 1e-16 / 1e-6 = 1e-10; 1e-7 leaves room for both)."""
+    ns, _ = payoff
+    model = ns["make_model"]()
+    x, y = ns["X_train"][:16], ns["y_train"][:16]
+    grads = ns["numpy_gradients"](model, x, y)
     W1, b1, W2, b2 = (val(p) for p in model.parameters())
-    x = x.astype(np.float64)
-    h = x @ W1.T + b1
-    a = np.maximum(h, 0)
-    logits = a @ W2.T + b2
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    d = p.copy()
-    d[np.arange(len(y)), y] -= 1
-    d /= len(y)
-    dh = (d @ W2) * (h > 0)
-    return [dh.T @ x, dh.sum(0), d.T @ a, d.sum(0)]
+
+    def loss(W1):
+        h = np.maximum(x.astype(np.float64) @ W1.T + b1, 0)
+        logits = h @ W2.T + b2
+        logits = logits - logits.max(axis=1, keepdims=True)
+        return np.mean(np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(len(y)), y])
+
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        i, j = rng.integers(0, W1.shape[0]), rng.integers(0, W1.shape[1])
+        up, down = W1.copy(), W1.copy()
+        up[i, j] += 1e-6
+        down[i, j] -= 1e-6
+        assert abs((loss(up) - loss(down)) / 2e-6 - grads[0][i, j]) < 1e-7
 
 
-def test_payoff_gradients_match_numpy_and_the_reference():
+def test_payoff_gradients_match_numpy_and_the_reference(payoff):
     from mini.exercises import implement, reference
-    model, x, y = _mlp_and_batch()
-    ref = _engine_grads(model, x, y)
-    for g1, g2 in zip(ref, _numpy_grads(model, x, y)):
-        np.testing.assert_allclose(g1, g2, atol=1e-6)
+    ns, printed = payoff
+    assert "largest difference from mini's reference engine: 0.0e+00" in printed
+    model = ns["make_model"]()
+    x, y = ns["X_train"][:128], ns["y_train"][:128]
+    ref = ns["engine_gradients"](model, x, y)
+    for g1, g2 in zip(ref, ns["numpy_gradients"](model, x, y)):
+        np.testing.assert_allclose(g1, g2, atol=1e-6)  # float32 engine vs float64 numpy
     # the student's engine, simulated by registering copies of the references
     for slot in SLOTS:
         implement(slot)(reference(slot))
-    for g1, g2 in zip(_engine_grads(model, x, y), ref):
-        np.testing.assert_array_equal(g1, g2)
+    for g1, g2 in zip(ns["engine_gradients"](model, x, y), ref):
+        np.testing.assert_array_equal(g1, g2)           # the same code: bit for bit
 
 
-def test_payoff_trains():
-    import mini.nn.functional as F
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    X = (digits.data / 16.0).astype(np.float32)
-    model, _, _ = _mlp_and_batch()
-    opt = mini.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
-    rng = np.random.default_rng(0)
-    for _ in range(120):
-        idx = rng.integers(0, 1500, 128)
-        loss = F.cross_entropy(model(mini.tensor(X[idx])), mini.tensor(digits.target[idx]))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with mini.no_grad():
-        pred = val(model(mini.tensor(X[1500:]))).argmax(1)
-    assert np.mean(pred == digits.target[1500:]) > 0.8
+def test_payoff_trains(payoff):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ns, _ = payoff
+    run_cells("02_autodiff", "demo_payoff_training", ns=ns)
+    plt.close("all")
+    assert np.mean(ns["predictions"] == ns["y_test"]) > 0.8
 
 
 # --------------------------------------------------------------------------- the grader
@@ -282,7 +272,7 @@ def test_reference_passes_every_check_repeatedly():
         for _ in range(5):
             verdict = run_in_process(slot, reference(slot))
             assert verdict.passed, f"{slot}: {verdict.message}"
-    for fn, slot in [(MultiplyAdd, "02.multiply_add"), (lambda: 1.5, "02.quiz_accumulate"),
+    for fn, slot in [(notebook_multiply_add(), "02.multiply_add"), (lambda: 1.5, "02.quiz_accumulate"),
                      (lambda: "b", "02.quiz_inplace"), (lambda: " C ", "02.quiz_eval")]:
         verdict = run_in_process(slot, fn)
         assert verdict.passed, f"{slot}: {verdict.message}"

@@ -13,6 +13,8 @@ import mini
 from mini import exercises
 from mini.napkin import roofline
 
+from helpers import run_cells
+
 KERNEL_SLOTS = ["04.omp_add", "04.omp_sum", "04.tiled_matmul", "04.fused_add_relu"]
 CONV_SLOTS = ["04.im2col_view", "04.im2col", "04.col2im", "04.conv2d_forward",
               "04.conv2d_backward", "04.conv_input_grad_flipped"]
@@ -50,19 +52,19 @@ def test_seed_roofline_facts():
     assert roofline.ridge_point(67e12, 3.35e12) == pytest.approx(20.0)
 
 
-def test_profiler_counts_the_gemms_of_the_table():
-    import mini.nn.functional as F
-    from mini.utils import profiler
-    W1 = mini.randn(784, 128, requires_grad=True)
-    W2 = mini.randn(128, 10, requires_grad=True)
-    x, y = mini.randn(32, 784), mini.randint(0, 10, (32,))
-    with profiler.profile() as prof:
-        F.cross_entropy((x @ W1).relu() @ W2, y).backward()
-    counts = prof.op_counts()
-    table = roofline.mlp_step_table()
+def test_profiler_counts_the_gemms_of_the_table(capsys):
+    """The notebook's table demo (its machine numbers given, not measured): mini's profiler
+    counts the matrix products the napkin table lists."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ns = run_cells("04_hardware", "setup", "mlp_table", ns={"peak": 1e11, "bw": 2e10})
+    plt.close("all")
+    counts, table = ns["counts"], roofline.mlp_step_table()
     forward_gemms = sum(1 for o in table if o.mini_op == "MatMul" and o.phase == "forward")
     assert counts.get("MatMul") == forward_gemms == 2
     assert counts.get("MatMulBackward0") == 2          # 3 products in the table: no dx for x
+    assert "matrix products 2 forward + 2 backward nodes" in capsys.readouterr().out
 
 
 def test_minis_conv2d_runs_on_the_registered_im2col():
@@ -94,47 +96,27 @@ def test_im2col_view_is_free_and_matrix_copies():
     assert cols.nbytes / x.nbytes == pytest.approx(2 * 36 * 27 / (2 * 3 * 64))
 
 
-NOTEBOOK_STYLE = r'''
-import numpy as np
-from mini.utils.cpp_extension import load_inline
-
-def omp_add(a, b):
-    source = r"""
-    void add(py::array_t<float> a, py::array_t<float> b, py::array_t<float> out) {
-        const float* pa = a.data(); const float* pb = b.data(); float* po = out.mutable_data();
-        const int64_t n = out.size();
-        #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
-    }
-    """
-    if a.dtype != np.float32 or b.dtype != np.float32:
-        raise TypeError("float32 only")
-    if a.shape != b.shape:
-        raise ValueError("shapes differ")
-    ext = load_inline("omp_add", source, functions=["add"])
-    out = np.empty(a.shape, np.float32)
-    ext.add(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
-    return out
-'''
-
-
 def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox(tmp_path):
-    """The cell's text (C++ source inside) runs in the sandboxed worker with the chapter's
-    student copy of mini, is compiled there, and passes its check."""
+    """The notebook's setup and omp_add cells (C++ source inside the function), as text,
+    run in the sandboxed worker with the chapter's student copy of mini; the kernel is
+    compiled there and passes its check."""
+    import nbformat
     from grader.checks import evaluate
     from grader.checks.student import Student
     from grader.course import default_mini_src
+    from grader.grading import answer_cells
     from grader.sandbox import Sandbox, SandboxUnavailable
     from grader.solutions import strip_package
     from grader.workerproc import WorkerBackend
+    from helpers import notebook_of
     try:
         box = Sandbox.detect()
     except SandboxUnavailable as e:
         pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
     strip_package(default_mini_src(), tmp_path / "mini", 4)
-    cells = [{"grade_id": "04_setup", "source": "import numpy as np\n"
-              "from mini.utils.cpp_extension import load_inline"},
-             {"grade_id": "04_omp_add_code", "source": NOTEBOOK_STYLE}]
+    nb = nbformat.read(str(notebook_of("04_hardware")), as_version=4)
+    cells = [c for c in answer_cells(nb, nb) if c["grade_id"] in ("04_setup", "04_omp_add_code")]
+    assert len(cells) == 2
     with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240) as be:
         be.begin_check()
         verdict = evaluate("04.omp_add", Student(be, "04.omp_add", "omp_add"))

@@ -8,21 +8,17 @@
 - mini's reference of every slot of the chapter passes its check (in process);
 - the notebook's solution regions are mini's references, and each hidden-test cell is worth
   the points of its check;
-- the notebook is what its builder (``course/build_chNN_topic.py``) writes, without outputs,
-  and the builder's points are the checks' points;
+- the notebook is what its source (``course/sources/NN_topic/*.md``) builds to with
+  ``mini-course build``, without outputs (more on the sources: ``test_sources.py``);
 - the notebook's nbgrader metadata matches the chapter's checks.
 """
 from __future__ import annotations
 
 import pytest
 
-import subprocess
-import sys
-
 import nbformat
 
-from helpers import (COURSE, builder_path, chapters_with_notebooks, execute_notebook, graded_once,
-                     load_builder, test_cells)
+from helpers import COURSE, chapters_with_notebooks, execute_notebook, graded_once, test_cells
 
 CHAPTERS = chapters_with_notebooks()
 
@@ -121,10 +117,9 @@ def test_hidden_test_cells_carry_their_checks_points(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_notebook_is_built_from_its_builder(chapter):
-    r = subprocess.run([sys.executable, str(builder_path(chapter)), "--check"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_notebook_is_built_from_its_source(chapter, capsys):
+    from grader.cli import main
+    assert main(["build", chapter, "--check"]) == 0, capsys.readouterr()
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -136,10 +131,13 @@ def test_notebook_has_no_outputs(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_builder_points_are_the_checks_points(chapter):
+def test_points_are_the_checks_points(chapter):
+    """The build prices test cells from POINTS; the grader from the registered checks."""
     import importlib
+    from grader.checks import checks_for_chapter
     points = importlib.import_module(f"grader.checks.ch{chapter}").POINTS
-    assert load_builder(chapter).POINTS == points and sum(points.values()) == 100
+    assert points == {s: c.points for s, c in checks_for_chapter(_number(chapter)).items()}
+    assert sum(points.values()) == 100
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -179,4 +177,4 @@ def test_release_leaks_no_solution_and_no_hidden_test(chapter, tmp_path_factory)
     source = graded.course_dir / "source" / graded.chapter
     leaks = find_leaks(graded.release_dir, _number(chapter), default_mini_src(), source)
     assert not leaks, leaks[:10]
-    assert not list(graded.release_dir.glob("build_*.py"))
+    assert not list(graded.release_dir.rglob("*.md")), "a chapter source reached the release"

@@ -32,6 +32,22 @@ def test_batching_drop_last_and_len():
     assert len(dl) == 2 and _ids(dl) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
+def test_arguments_mini_does_not_implement_raise_instead_of_being_ignored():
+    with pytest.raises(NotImplementedError, match="persistent_workers"):
+        DataLoader(_ds(), num_workers=2, persistent_workers=True)
+    with pytest.raises(ValueError, match="num_workers > 0"):
+        DataLoader(_ds(), persistent_workers=True)
+    with pytest.raises(NotImplementedError, match="batch_sampler"):
+        DataLoader(_ds(), batch_sampler=[[0, 1]])
+    with pytest.raises(NotImplementedError, match="pin_memory_device"):
+        DataLoader(_ds(), pin_memory=True, pin_memory_device="cuda")
+    with pytest.raises(ValueError, match="timeout"):
+        DataLoader(_ds(), timeout=-1)
+    # accepted, and documented as changing nothing: the same batches as without them
+    plain = _ids(DataLoader(_ds(), batch_size=3))
+    assert _ids(DataLoader(_ds(), batch_size=3, pin_memory=True, in_order=False)) == plain
+
+
 def test_shuffle_is_seeded_and_differs_between_epochs():
     a = DataLoader(_ds(20), batch_size=5, shuffle=True, generator=7)
     b = DataLoader(_ds(20), batch_size=5, shuffle=True, generator=7)

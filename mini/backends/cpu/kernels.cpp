@@ -1863,6 +1863,146 @@ std::string compiler() {
 #endif
 }
 
+// ---------------------------------------------------------------------------------------
+// max pooling, NCHW.  Each output is the maximum of its window; its position in the window
+// (row-major, a * kw + b) is kept for the backward.  Window taps outside the input (the
+// padding, and the extra bottom/right rows of ceil_mode) count as -inf.  Ties go to the
+// first maximum and a NaN wins, as numpy's argmax over the window does, so the values and
+// positions are those of mini's numpy path.  The backward adds each output's gradient onto
+// the input pixel of its position (a tap outside the input gets nothing).
+
+struct PoolGeom {
+    int64_t planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo;
+};
+
+PoolGeom check_pool(const char* K, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                    const std::vector<int64_t>& dilation, const std::vector<int64_t>& out_hw) {
+    if (x_shape.size() != 4) value_error(K, "x_shape must be (N, C, H, W), got " + list_str(x_shape));
+    if (kernel.size() != 2 || stride.size() != 2 || padding.size() != 2 || dilation.size() != 2 || out_hw.size() != 2)
+        value_error(K, "kernel_size, stride, padding, dilation and out_hw must be pairs");
+    for (int64_t d : x_shape)
+        if (d < 0) value_error(K, "negative dimension in x_shape " + list_str(x_shape));
+    if (kernel[0] < 1 || kernel[1] < 1 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 || dilation[1] < 1 ||
+        padding[0] < 0 || padding[1] < 0 || out_hw[0] < 0 || out_hw[1] < 0)
+        value_error(K, "invalid kernel_size " + list_str(kernel) + ", stride " + list_str(stride) + ", padding " +
+                           list_str(padding) + ", dilation " + list_str(dilation) + " or out_hw " + list_str(out_hw));
+    PoolGeom g{checked_mul(K, x_shape[0], x_shape[1], "N*C"), x_shape[2], x_shape[3], kernel[0], kernel[1],
+               stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], out_hw[0], out_hw[1]};
+    checked_mul(K, g.planes, checked_mul(K, g.h, g.w, "H*W"), "N*C*H*W");
+    checked_mul(K, g.planes, checked_mul(K, g.ho, g.wo, "Ho*Wo"), "N*C*Ho*Wo");
+    return g;
+}
+
+template <typename T>
+void max_pool_fwd_t(const T* x, T* out, int64_t* arg, const PoolGeom& g) {
+    const int64_t plane = g.h * g.w, oplane = g.ho * g.wo;
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    parallel_chunks(g.planes * oplane, [&](int64_t b0, int64_t e0) {
+        for (int64_t o = b0; o < e0; ++o) {  // o = (plane, i, j)
+            const int64_t p = o / oplane, i = (o % oplane) / g.wo, j = o % g.wo;
+            const T* xp = x + p * plane;
+            T best = neg_inf;
+            int64_t where = 0;
+            for (int64_t a = 0, q = 0; a < g.kh; ++a) {
+                const int64_t y = i * g.sh - g.ph + a * g.dh;
+                for (int64_t b = 0; b < g.kw; ++b, ++q) {
+                    const int64_t c = j * g.sw - g.pw + b * g.dw;
+                    const T v = (y >= 0 && y < g.h && c >= 0 && c < g.w) ? xp[y * g.w + c] : neg_inf;
+                    if (std::isnan(v)) { best = v; where = q; a = g.kh; break; }  // a NaN wins
+                    if (q == 0 || v > best) { best = v; where = q; }
+                }
+            }
+            out[o] = best;
+            arg[o] = where;
+        }
+    });
+}
+
+template <typename T>
+void max_pool_bwd_t(const T* grad, const int64_t* arg, T* gx, const PoolGeom& g) {
+    const int64_t plane = g.h * g.w, oplane = g.ho * g.wo;
+    parallel_chunks(g.planes, [&](int64_t p0, int64_t p1) {  // planes are independent
+        for (int64_t p = p0; p < p1; ++p) {
+            T* o = gx + p * plane;
+            for (int64_t t = 0; t < plane; ++t) o[t] = T(0);
+            for (int64_t k = p * oplane; k < (p + 1) * oplane; ++k) {
+                const int64_t i = (k % oplane) / g.wo, j = k % g.wo, q = arg[k];
+                const int64_t y = i * g.sh - g.ph + (q / g.kw) * g.dh, c = j * g.sw - g.pw + (q % g.kw) * g.dw;
+                if (y >= 0 && y < g.h && c >= 0 && c < g.w) o[y * g.w + c] += grad[k];
+            }
+        }
+    });
+}
+
+py::array check_positions(const char* K, const char* name, const py::object& obj, bool writable, int64_t size) {
+    if (!py::isinstance<py::array>(obj))
+        type_error(K, std::string("argument '") + name + "' must be a numpy.ndarray");
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().equal(py::dtype::of<int64_t>()))
+        type_error(K, std::string("argument '") + name + "' has dtype " + describe_dtype(a) + "; expected int64");
+    if (a.ndim() != 1 || !(a.flags() & py::array::c_style))
+        value_error(K, std::string("argument '") + name + "' must be a flat C-contiguous buffer");
+    if (writable && !a.writeable()) value_error(K, std::string("output '") + name + "' is read-only");
+    if (static_cast<int64_t>(a.size()) != size)
+        value_error(K, std::string("'") + name + "' has " + std::to_string(a.size()) + " elements but N*C*Ho*Wo = " +
+                           std::to_string(size));
+    return a;
+}
+
+void max_pool2d_forward(const py::object& x_o, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                        const std::vector<int64_t>& dilation, const std::vector<int64_t>& out_hw,
+                        const py::object& out_o, const py::object& arg_o) {
+    const char* K = "max_pool2d_forward";
+    Buf x = check_buffer(K, "x", x_o, false);
+    Buf out = check_buffer(K, "out", out_o, true);
+    check_same_dtype(K, x, "x", out, "out");
+    PoolGeom g = check_pool(K, x_shape, kernel, stride, padding, dilation, out_hw);
+    if (x.size != g.planes * g.h * g.w)
+        value_error(K, "'x' has " + std::to_string(x.size) + " elements but x_shape " + list_str(x_shape) + " has " +
+                           std::to_string(g.planes * g.h * g.w));
+    const int64_t n_out = g.planes * g.ho * g.wo;
+    if (out.size != n_out)
+        value_error(K, "'out' has " + std::to_string(out.size) + " elements but N*C*Ho*Wo = " + std::to_string(n_out));
+    py::array arg = check_positions(K, "arg", arg_o, true, n_out);
+    check_no_overlap(K, x, "x", out);
+    if (n_out == 0) return;
+    int64_t* a = static_cast<int64_t*>(arg.mutable_data());
+    py::gil_scoped_release nogil;
+    if (x.dtype == DType::f32) max_pool_fwd_t(cptr<float>(x), ptr<float>(out), a, g);
+    else max_pool_fwd_t(cptr<double>(x), ptr<double>(out), a, g);
+}
+
+void max_pool2d_backward(const py::object& grad_o, const py::object& arg_o, const std::vector<int64_t>& x_shape,
+                         const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                         const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                         const std::vector<int64_t>& out_hw, const py::object& grad_x_o) {
+    const char* K = "max_pool2d_backward";
+    Buf grad = check_buffer(K, "grad", grad_o, false);
+    Buf gx = check_buffer(K, "grad_x", grad_x_o, true);
+    check_same_dtype(K, grad, "grad", gx, "grad_x");
+    PoolGeom g = check_pool(K, x_shape, kernel, stride, padding, dilation, out_hw);
+    const int64_t n_out = g.planes * g.ho * g.wo;
+    if (grad.size != n_out)
+        value_error(K, "'grad' has " + std::to_string(grad.size) + " elements but N*C*Ho*Wo = " + std::to_string(n_out));
+    if (gx.size != g.planes * g.h * g.w)
+        value_error(K, "'grad_x' has " + std::to_string(gx.size) + " elements but x_shape " + list_str(x_shape) +
+                           " has " + std::to_string(g.planes * g.h * g.w));
+    py::array arg = check_positions(K, "arg", arg_o, false, n_out);
+    const int64_t* a = static_cast<const int64_t*>(arg.data());
+    const int64_t taps = g.kh * g.kw;
+    for (int64_t k = 0; k < n_out; ++k)
+        if (a[k] < 0 || a[k] >= taps)
+            value_error(K, "'arg' holds " + std::to_string(a[k]) + " at " + std::to_string(k) +
+                               "; window positions are 0.." + std::to_string(taps - 1));
+    check_no_overlap(K, grad, "grad", gx);
+    if (gx.size == 0) return;
+    py::gil_scoped_release nogil;
+    if (grad.dtype == DType::f32) max_pool_bwd_t(cptr<float>(grad), a, ptr<float>(gx), g);
+    else max_pool_bwd_t(cptr<double>(grad), a, ptr<double>(gx), g);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu, m) {
@@ -1920,6 +2060,14 @@ PYBIND11_MODULE(_cpu, m) {
           py::arg("grad_weight"), py::arg("grad_bias"),
           "The gradients of conv2d_forward given grad_out [N, Cout, Ho, Wo], written into grad_x [N, C, H, W],\n"
           "grad_weight [Cout, C, kh, kw] and grad_bias [Cout]; pass None for any that is not needed.");
+    m.def("max_pool2d_forward", &max_pool2d_forward, py::arg("x"), py::arg("x_shape"), py::arg("kernel_size"),
+          py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("out_hw"), py::arg("out"), py::arg("arg"),
+          "out[N, C, Ho, Wo] = the maximum of each window of the NCHW buffer x (taps outside it count as -inf)\n"
+          "and arg (int64) = its position in the window, a * kw + b (the first maximum; a NaN wins).");
+    m.def("max_pool2d_backward", &max_pool2d_backward, py::arg("grad"), py::arg("arg"), py::arg("x_shape"),
+          py::arg("kernel_size"), py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("out_hw"),
+          py::arg("grad_x"),
+          "grad_x[N, C, H, W] = each output's gradient added onto the input pixel of its window position arg.");
     set_matmul_isa("auto");
     m.def("matmul_isa", []() { return g_matmul_isa; },
           "The instruction set of the matmul micro-kernel in use: avx512, avx2 or base.");

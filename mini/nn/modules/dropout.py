@@ -37,7 +37,8 @@ def dropout(x, p=0.5, training=True):
 
 
 class Dropout(Module):
-    """Inverted dropout with probability ``p``; the identity in eval mode."""
+    """Inverted dropout with probability ``p``; the identity in eval mode (``F.dropout``:
+    the ``05.dropout`` slot)."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
@@ -47,53 +48,10 @@ class Dropout(Module):
         self.inplace = inplace
 
     def forward(self, input: Tensor) -> Tensor:
+        if self.inplace:
+            from mini.nn import functional as F
+            return F.dropout(input, self.p, self.training, inplace=True)
         return dropout(input, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
-
-
-# The fast path: mini's own dropout (no student implementation registered) as one Function
-# (mask and scale applied on the numpy buffers) instead of five dispatched ops.  It draws
-# the mask with the same ``mini.rand`` call, so results and the random stream are
-# bit-identical to the slot's.
-
-from mini.autograd import forward_ad as _fw
-from mini.autograd.function import Function as _Function
-from mini.ndarray import NDArray as _NDArray
-from mini.utils import profiler as _profiler
-
-FUSED_DROPOUT = True
-
-
-class FusedDropoutFunction(_Function):
-    @staticmethod
-    def forward(ctx, x, keep, scale):
-        a = x._data.to_numpy_view()
-        out = a * keep
-        out *= a.dtype.type(scale)
-        ctx.saved = (keep, scale)
-        return Tensor._wrap(_NDArray.from_numpy(out, x._data.storage.device))
-
-    @staticmethod
-    def backward(ctx, g):
-        keep, scale = ctx.saved
-        gn = g._data.to_numpy_view()
-        if g.requires_grad:  # create_graph: stay differentiable
-            return g * mini.tensor(keep * keep.dtype.type(scale), device=g.device), None, None
-        out = gn * gn.dtype.type(scale)
-        out *= keep
-        return Tensor._wrap(_NDArray.from_numpy(out, g._data.storage.device)), None, None
-
-
-def _fused_dropout(x, p=0.5, training=True):
-    if not FUSED_DROPOUT or _profiler._ACTIVE or _fw._LEVEL[0] or not isinstance(x, Tensor):
-        return NotImplemented
-    if not (0.0 < p < 1.0) or not training or x._data.storage.data.dtype.kind != "f":
-        return NotImplemented
-    r = mini.rand(*x.shape, dtype=x.dtype)
-    keep = (r._data.to_numpy_view() >= p).astype(x._data.storage.data.dtype)
-    return FusedDropoutFunction.apply(x, keep, 1.0 / (1.0 - p))
-
-
-dropout.set_fast_path(_fused_dropout)

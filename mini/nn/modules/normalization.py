@@ -18,20 +18,14 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
-
-from mini import exercises as _exercises
-from mini.autograd import forward_ad as _fw
 from mini.autograd import grad_mode
 from mini.autograd.function import Function
 from mini.autograd.tensor import Tensor
-from mini.exercises import exercise
+from mini.exercises import exercise, has_fast_path
 from mini.nn import init
 from mini.nn.module import Module
 from mini.nn.parameter import Parameter
-from mini.ndarray import NDArray
 from mini.ops import creation as _C
-from mini.utils import profiler as _profiler
 
 __all__ = ["batchnorm_forward", "batchnorm_backward", "layernorm", "batch_norm", "layer_norm",
            "BatchNormFunction", "BatchNorm1d", "BatchNorm2d", "LayerNorm"]
@@ -103,115 +97,70 @@ class BatchNormFunction(Function):
                                               training, momentum, eps)
         ctx.batch_stats = bool(training or running_mean is None)
         ctx.x_hat, ctx.inv_std, ctx.weight = x_hat, inv_std, weight
+        _keep_for_double_backward(ctx, x, weight, bias, running_mean, running_var, eps)
         return y
 
     @staticmethod
     def backward(ctx, g):
-        with grad_mode.no_grad():
-            if ctx.batch_stats:
-                gx, gw, gb = batchnorm_backward(g, ctx.x_hat, ctx.inv_std, ctx.weight)
-            else:  # eval: mean and variance are constants, the map is affine per channel
-                gx = g * (ctx.weight * ctx.inv_std)
-                gw = (g * ctx.x_hat).sum(dim=0)
-                gb = g.sum(dim=0)
         need = ctx.needs_input_grad
+        if grad_mode.is_grad_enabled():  # create_graph: gradients that have a graph
+            gx, gw, gb = _batch_norm_grads_with_graph(ctx, g)
+        else:
+            gx, gw, gb = _batch_norm_grads(ctx.batch_stats, g, ctx.x_hat, ctx.inv_std, ctx.weight)
         return (gx if need[0] else None, gw if need[1] else None, gb if need[2] else None,
                 None, None, None, None, None)
 
 
-class FusedBatchNormFunction(Function):
-    """Batch normalisation of [N, C, *] over every dimension but 1, done directly on the
-    numpy buffers in one Function: the non-slot fast path of :func:`batch_norm`.  It runs
-    only while both ``05.batchnorm_forward`` and ``05.batchnorm_backward`` run mini's own
-    reference (see :func:`_fused_batch_norm_applies`), so a student's implementation is never
-    bypassed.  Same formulas as the slots, the reductions are numpy's over (0, 2, ...)
-    instead of over the rows of the [M, C] view: results agree to float rounding."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
-        a = x._data.to_numpy_view()
-        f = a.dtype.type
-        c = a.shape[1]
-        axes = (0,) + tuple(range(2, a.ndim))
-        bshape = (1, c) + (1,) * (a.ndim - 2)
-        m = a.size // c if c else 0
-        batch_stats = bool(training or running_mean is None)
-        if batch_stats:
-            if m < 2 and training:
-                raise ValueError(f"Expected more than 1 value per channel when training, got "
-                                 f"input of shape {(m, c)}")
-            mean = a.mean(axis=axes)
-            xc = a - mean.reshape(bshape)
-            var = (xc * xc).mean(axis=axes)
-            if training and running_mean is not None:
-                rm, rv = running_mean._data.to_numpy_view(), running_var._data.to_numpy_view()
-                np.multiply(rm, f(1 - momentum), out=rm)
-                rm += mean * f(momentum)
-                np.multiply(rv, f(1 - momentum), out=rv)
-                rv += var * f(momentum * m / (m - 1))
-                running_mean._data.storage.version += 2
-                running_var._data.storage.version += 2
-        else:
-            mean = running_mean._data.to_numpy_view()
-            var = running_var._data.to_numpy_view()
-            xc = a - mean.reshape(bshape)
-        inv_std = f(1.0) / np.sqrt(var + f(eps))
-        x_hat = xc
-        x_hat *= inv_std.reshape(bshape)
-        w = weight._data.to_numpy_view()
-        y = x_hat * w.reshape(bshape)
-        y += bias._data.to_numpy_view().reshape(bshape)
-        ctx.fused = (batch_stats, x_hat, inv_std, w, axes, bshape, m)
-        return Tensor._wrap(NDArray.from_numpy(y, x._data.storage.device))
-
-    @staticmethod
-    def backward(ctx, g):
-        batch_stats, x_hat, inv_std, w, axes, bshape, m = ctx.fused
-        gn = g._data.to_numpy_view()
-        need = ctx.needs_input_grad
-        gw = (gn * x_hat).sum(axis=axes) if need[1] else None
-        gb = gn.sum(axis=axes) if need[2] else None
-        gx = None
-        if need[0]:
-            if batch_stats:
-                gg = gn * w.reshape(bshape)
-                f = gg.dtype.type
-                gx = gg * f(m)
-                gx -= gg.sum(axis=axes).reshape(bshape)
-                gx -= x_hat * (gg * x_hat).sum(axis=axes).reshape(bshape)
-                gx *= (inv_std / f(m)).reshape(bshape)
-            else:
-                gx = gn * (w * inv_std).reshape(bshape)
-        dev = g._data.storage.device
-        wrap = lambda a: None if a is None else Tensor._wrap(NDArray.from_numpy(a, dev))
-        return wrap(gx), wrap(gw), wrap(gb), None, None, None, None, None
+def _batch_norm_grads(batch_stats, g, x_hat, inv_std, weight):
+    """Gradients for input, weight and bias of [M, C] batch norm, from the saved x_hat and
+    inv_std: the ``05.batchnorm_backward`` slot with batch statistics; in eval the map is
+    affine per channel (mean and variance are constants)."""
+    if batch_stats:
+        return batchnorm_backward(g, x_hat, inv_std, weight)
+    return g * (weight * inv_std), (g * x_hat).sum(dim=0), g.sum(dim=0)
 
 
-FUSED_BATCH_NORM = True
+def _keep_for_double_backward(ctx, x, weight, bias, running_mean, running_var, eps) -> None:
+    # A gradient taken with create_graph must depend on x: x_hat and inv_std were computed
+    # without a graph, so the backward recomputes them from x.  (saved_* attributes are
+    # freed with the node's saved tensors.)
+    ctx.saved_bn_inputs = (x, x._version, weight, bias, running_mean, running_var, eps)
 
 
-def _fused_batch_norm_applies(input, weight, bias, running_mean, running_var) -> bool:
-    """The fused path replaces the two slots only when both run mini's reference, no
-    profiler counts the ops, no forward-mode AD level is open, and every tensor is a float
-    tensor of one dtype on one device."""
-    if not FUSED_BATCH_NORM or _profiler._ACTIVE or _fw._LEVEL[0]:
-        return False
-    if not (_exercises.runs_reference("05.batchnorm_forward")
-            and _exercises.runs_reference("05.batchnorm_backward")):
-        return False
-    d = input._data
-    dt, dev = d.storage.data.dtype, d.storage.device
-    if dt.kind != "f":
-        return False
-    for t in (weight, bias, running_mean, running_var):
-        if t is None:
-            continue
-        if not isinstance(t, Tensor):
-            return False
-        td = t._data
-        if td.storage.data.dtype != dt or td.storage.device is not dev or td.shape != (d.shape[1],):
-            return False
-    return True
+def _batch_norm_grads_with_graph(ctx, g):
+    """The backward under ``create_graph``: x_hat and inv_std recomputed with a graph by
+    the ``05.batchnorm_forward`` slot (batch or running statistics, as in the forward; it
+    updates nothing here), then the same gradient formulas, recorded, so the gradients can
+    be differentiated again (a second derivative through batch norm)."""
+    inputs = getattr(ctx, "saved_bn_inputs", None)
+    if inputs is None:
+        raise RuntimeError("Trying to backward through batch norm a second time: its saved "
+                           "tensors were freed; use retain_graph=True")
+    x, version, weight, bias, running_mean, running_var, eps = inputs
+    if x._version != version:
+        raise RuntimeError("one of the variables needed for gradient computation has been "
+                           "modified by an inplace operation: the input of batch norm")
+    x2 = x if x.ndim == 2 else _channels_last(x)
+    stats = (None, None) if ctx.batch_stats else (running_mean, running_var)
+    _, x_hat, inv_std = batchnorm_forward(x2, *stats, weight, bias, False, 0.0, eps)
+    g2 = g if g.ndim == 2 else _channels_last(g)
+    gx, gw, gb = _batch_norm_grads(ctx.batch_stats, g2, x_hat, inv_std, weight)
+    if x.ndim != 2:
+        gx = _channels_first(gx, tuple(x.shape))
+    return gx, gw, gb
+
+
+def _channels_last(t):
+    """[N, C, *] as [M, C]: channels last, every other dimension in the rows."""
+    perm = (0,) + tuple(range(2, t.ndim)) + (1,)
+    return t.permute(*perm).reshape(-1, t.shape[1])
+
+
+def _channels_first(t2, shape):
+    """The inverse of :func:`_channels_last` for an [N, C, *] ``shape``."""
+    moved = (shape[0],) + tuple(shape[2:]) + (shape[1],)
+    inv = [0, len(shape) - 1] + list(range(1, len(shape) - 1))
+    return t2.reshape(*moved).permute(*inv)
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -222,28 +171,22 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                          f"{tuple(input.shape)}")
     c = input.shape[1]
     if weight is None:
-        weight = _C.ones(c, dtype=input.dtype)
+        weight = _C.ones(c, dtype=input.dtype, device=input.device)
     if bias is None:
-        bias = _C.zeros(c, dtype=input.dtype)
-    if _fused_batch_norm_applies(input, weight, bias, running_mean, running_var):
-        return FusedBatchNormFunction.apply(input, weight, bias, running_mean, running_var,
-                                            bool(training), momentum, eps)
+        bias = _C.zeros(c, dtype=input.dtype, device=input.device)
+    return _batch_norm(input, running_mean, running_var, weight, bias, bool(training), momentum,
+                       eps)
+
+
+@has_fast_path("batch_norm", slots=("05.batchnorm_forward", "05.batchnorm_backward"))
+def _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    """batch_norm on the two slots (BatchNormFunction); while they run mini's reference, a
+    fused fast path replaces this (mini/ops/fast_paths.py)."""
     # channels last, everything else in rows: [M, C]
-    if input.ndim == 2:
-        x2 = input
-    else:
-        perm = (0,) + tuple(range(2, input.ndim)) + (1,)
-        moved = input.permute(*perm)
-        x2 = moved.reshape(-1, c)
-    y2 = BatchNormFunction.apply(x2, weight, bias, running_mean, running_var, bool(training),
+    x2 = input if input.ndim == 2 else _channels_last(input)
+    y2 = BatchNormFunction.apply(x2, weight, bias, running_mean, running_var, training,
                                  momentum, eps)
-    if input.ndim == 2:
-        return y2
-    y = y2.reshape(*moved.shape)
-    inv = [0] * input.ndim
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return y.permute(*inv)
+    return y2 if input.ndim == 2 else _channels_first(y2, tuple(input.shape))
 
 
 class _BatchNorm(Module):

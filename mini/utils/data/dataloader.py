@@ -120,13 +120,32 @@ class DataLoader:
     """Batches of ``dataset``, like ``torch.utils.data.DataLoader``.
 
     ``for x, y in DataLoader(TensorDataset(X, Y), batch_size=64, shuffle=True): ...``
+
+    PyTorch's arguments that mini does not implement raise ``NotImplementedError`` instead
+    of being ignored: ``batch_sampler``, ``persistent_workers=True`` (mini starts the
+    workers for each epoch) and ``pin_memory_device``.  Two are accepted because they change
+    nothing here: ``pin_memory=True`` (page-locked memory only speeds up copies to a GPU;
+    mini's batches are ordinary host memory and stay so) and ``in_order=False`` (it only
+    *allows* batches out of order; mini always hands them out in order).
     """
 
-    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool = False,
+    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = False,
                  sampler=None, batch_sampler=None, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
-                 prefetch_factor: int | None = None, persistent_workers: bool = False):
+                 prefetch_factor: int | None = None, persistent_workers: bool = False,
+                 pin_memory_device: str = "", in_order: bool = True):
+        if persistent_workers:
+            if num_workers == 0:
+                raise ValueError("persistent_workers option needs num_workers > 0")
+            raise NotImplementedError("DataLoader(persistent_workers=True) is not implemented in "
+                                      "mini: its workers start for each epoch (seeded by the "
+                                      "epoch); leave persistent_workers=False")
+        if pin_memory_device:
+            raise NotImplementedError(f"DataLoader(pin_memory_device={pin_memory_device!r}) is "
+                                      f"not implemented in mini: batches stay in host memory")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
         if batch_size is None or int(batch_size) < 1:
             raise ValueError(f"batch_size should be a positive integer, got {batch_size!r}")
         if num_workers < 0:
@@ -142,6 +161,8 @@ class DataLoader:
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
+        self.pin_memory = bool(pin_memory)      # accepted, no effect (see the class docstring)
+        self.in_order = bool(in_order)          # accepted: batches always come in order
         self.sampler = sampler
         self.num_workers = int(num_workers)
         self.collate_fn = collate_fn

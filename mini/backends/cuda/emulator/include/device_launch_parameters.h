@@ -1,0 +1,3 @@
+// device_launch_parameters.h for mini's CUDA emulator: everything CUDA C++ needs is in the emulator's header.
+#pragma once
+#include "mini_cuda_emulator.h"

@@ -1,0 +1,198 @@
+"""mini's CUDA kernels, as sources.
+
+One file per kernel a student writes in chapter 04 (the reference answers), plus the
+general kernels of the cuda device (``backend.cu``) and device-memory helpers for Python
+(``helpers.cu``).  An exercise file holds the kernel, then a line
+``// --- host launcher ---``, then ``launch_<name>(...)``: a host function that takes
+device pointers as integers and launches the kernel with a fixed configuration.  Another
+kernel for the same exercise (a student's, or one of the catalogue of mistakes in
+``grader/mistakes/cuda_kernels``) replaces the part before the marker.
+
+``load(...)`` compiles a set of them into one module with ``load_inline``;
+``DeviceSession`` moves numpy arrays in and out of device memory for a test::
+
+    k = load(["matmul_tiled"])
+    with DeviceSession(k) as s:
+        A, B = s.to_device(a), s.to_device(b)
+        C = s.empty((m, n))
+        k.launch_matmul_tiled(A, B, C, m, n, kk)
+        c = s.to_host(C)
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["KERNEL_DIR", "EXERCISES", "MARKER", "source", "split", "module_source", "load",
+           "launcher_of", "HELPER_FUNCTIONS", "BACKEND_FUNCTIONS", "DeviceSession", "check_error",
+           "load_variants", "variants_source"]
+
+KERNEL_DIR = Path(__file__).resolve().parent
+MARKER = "// --- host launcher ---"
+#: The kernels of chapter 04, in the order a module defines them.
+EXERCISES = ("add", "matmul_naive", "matmul_tiled", "block_sum_shared", "block_sum_shuffle",
+             "transpose_naive", "transpose_tiled")
+HELPER_FUNCTIONS = ("device_malloc", "managed_malloc", "device_free", "copy_to_device", "copy_to_host",
+                    "device_copy", "device_memset", "synchronize", "error_name")
+BACKEND_FUNCTIONS = ("launch_ewise", "launch_scalar", "launch_unary", "launch_compact", "launch_im2col",
+                     "launch_row_reduce", "launch_matmul")
+
+
+def source(name: str) -> str:
+    """The source of ``kernels/<name>.cu``."""
+    path = KERNEL_DIR / f"{name}.cu"
+    if not path.is_file():
+        known = sorted(p.stem for p in KERNEL_DIR.glob("*.cu"))
+        raise ValueError(f"no kernel file {name!r}; there are: {', '.join(known)}")
+    return path.read_text()
+
+
+def split(text: str) -> tuple[str, str]:
+    """(kernel part, launcher part) of an exercise file."""
+    if MARKER not in text:
+        raise ValueError(f"the source has no {MARKER!r} line separating kernel and launcher")
+    kernel, launcher = text.split(MARKER, 1)
+    return kernel, MARKER + launcher
+
+
+def launcher_of(name: str) -> str:
+    return f"launch_{name}"
+
+
+def module_source(names=EXERCISES, replace: dict[str, str] | None = None, backend: bool = False) -> str:
+    """CUDA source for a module: the helpers, the files ``names`` (with the kernel part of
+    ``replace[name]`` instead of the reference's, when given), and the backend kernels.
+    Lines in compiler messages and reports count from the top of this text; a report
+    also quotes its line (``source``)."""
+    replace = replace or {}
+    parts = [source("helpers")]
+    for name in names:
+        kernel, launcher = split(source(name))
+        if name in replace:
+            kernel = split(replace[name])[0] if MARKER in replace[name] else replace[name]
+        parts.append(kernel.rstrip() + "\n\n" + launcher)
+    if backend:
+        if "matmul_tiled" not in names:
+            raise ValueError("the backend kernels need matmul_tiled")
+        parts.append(source("backend"))
+    return "\n".join(parts)
+
+
+def load(names=EXERCISES, replace: dict[str, str] | None = None, backend: bool = False,
+         sanitize: bool = True, name: str = "mini_cuda_kernels", emulate: bool | None = None):
+    """Compile ``module_source(names, replace, backend)`` with ``load_inline``."""
+    from mini.utils.cpp_extension import load_inline
+    functions = list(HELPER_FUNCTIONS) + [launcher_of(n) for n in names]
+    if backend:
+        functions += list(BACKEND_FUNCTIONS)
+    src = module_source(names, replace, backend)
+    if emulate is not None:
+        from mini.backends.cuda import build
+        import os
+        old = os.environ.get(build.EMULATE_ENV)
+        os.environ[build.EMULATE_ENV] = "1" if emulate else "0"
+        try:
+            return load_inline(name, "", cuda_sources=src, functions=functions, sanitize=sanitize)
+        finally:
+            if old is None:
+                os.environ.pop(build.EMULATE_ENV, None)
+            else:
+                os.environ[build.EMULATE_ENV] = old
+    return load_inline(name, "", cuda_sources=src, functions=functions, sanitize=sanitize)
+
+
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)", re.M)
+
+
+def variants_source(variants, helpers: bool = True) -> tuple[str, list[str]]:
+    """(source, launcher names) of a module holding several kernels for the same
+    exercises: ``variants`` is a list of (tag, exercise, kernel source or None for the
+    reference).  Each variant lives in its own namespace; its launcher is bound as
+    ``launch_<exercise>__<tag>``."""
+    parts = [source("helpers")] if helpers else []
+    functions = []
+    for tag, exercise, kernel in variants:
+        if not re.fullmatch(r"[A-Za-z_]\w*", tag):
+            raise ValueError(f"variant tag {tag!r} is not an identifier")
+        ref_kernel, launcher = split(source(exercise))
+        if kernel is not None and MARKER in kernel:
+            kernel = split(kernel)[0]
+        body = (ref_kernel if kernel is None else kernel).rstrip() + "\n\n" + launcher
+        macros = sorted(set(_DEFINE.findall(body)))
+        fn = launcher_of(exercise)
+        parts.append(f"namespace {tag} {{\n{body}\n}}  // namespace {tag}\n"
+                     + "".join(f"#undef {m}\n" for m in macros)
+                     + _alias(tag, exercise))
+        functions.append(f"{fn}__{tag}")
+    return "\n".join(parts), functions
+
+
+def load_variants(variants, sanitize: bool = True, name: str = "mini_cuda_variants"):
+    """Compile :func:`variants_source` into one module: one build instead of one per
+    variant."""
+    from mini.utils.cpp_extension import load_inline
+    src, launchers = variants_source(variants)
+    return load_inline(name, "", cuda_sources=src, functions=list(HELPER_FUNCTIONS) + launchers,
+                       sanitize=sanitize)
+
+
+def _alias(tag: str, exercise: str) -> str:
+    """A plain function ``launch_<exercise>__<tag>`` with the parameters of the
+    exercise's launcher, calling the variant's launcher (pybind11 binds functions, not
+    templates)."""
+    fn = launcher_of(exercise)
+    m = re.search(rf"\bint\s+{fn}\s*\(([^)]*)\)", split(source(exercise))[1])
+    if not m:
+        raise ValueError(f"cannot find int {fn}(...) in {exercise}.cu")
+    params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    names = [re.findall(r"[A-Za-z_]\w*", p)[-1] for p in params]
+    return f"int {fn}__{tag}({', '.join(params)}) {{ return {tag}::{fn}({', '.join(names)}); }}\n"
+
+
+def check_error(module, code: int) -> None:
+    """Raise RuntimeError when a launcher returned a CUDA error code."""
+    if code != 0:
+        raise RuntimeError(f"kernel launch failed: {module.error_name(int(code))}")
+
+
+class DeviceSession:
+    """Device buffers for one test: copies numpy arrays in and out, frees everything at
+    the end of the ``with`` block."""
+
+    def __init__(self, module):
+        self.module = module
+        self._pointers: list[int] = []
+        self._shapes: dict[int, tuple] = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def to_device(self, array) -> int:
+        a = np.ascontiguousarray(array, dtype=np.float32)
+        p = self.module.device_malloc(a.nbytes)
+        self._pointers.append(p)
+        self._shapes[p] = a.shape
+        self.module.copy_to_device(p, a)
+        return p
+
+    def empty(self, shape) -> int:
+        """Uninitialised device memory for float32 values of ``shape``."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        p = self.module.device_malloc(4 * int(np.prod(shape)))
+        self._pointers.append(p)
+        self._shapes[p] = shape
+        return p
+
+    def to_host(self, pointer: int, shape=None) -> np.ndarray:
+        out = np.empty(shape if shape is not None else self._shapes[pointer], np.float32)
+        self.module.copy_to_host(out, pointer)
+        return out
+
+    def free(self):
+        while self._pointers:
+            self.module.device_free(self._pointers.pop())

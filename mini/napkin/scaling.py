@@ -1,0 +1,246 @@
+"""The cost models of chapter 06 (scaling) as plain functions, and the measurements that
+check them on the machine at hand.
+
+Communication, in the α-β model: a message of n bytes takes ``α + n/β`` seconds (α the
+latency per message, β the bandwidth).  A ring all-reduce of N bytes over p ranks sends
+2(p - 1) messages of N/p bytes from every rank, one after the other::
+
+    T_ring = 2 (p - 1) α + 2 (p - 1)/p · N/β
+
+so for large N its time barely depends on p.  α and β of an MPI on one machine come from a
+ping-pong sweep (:func:`measure_pingpong`, :func:`fit_alpha_beta`).
+
+Memory per rank for Ψ parameters (bytes):
+
+- plain data parallelism, float32 Adam: weights 4Ψ + gradients 4Ψ + Adam's two moments 8Ψ
+  = 16Ψ (the seed's "16 B/param");
+- ZeRO-1 (optimizer state sharded over p ranks), float32: 4Ψ + 4Ψ + 8Ψ/p;
+- ZeRO paper's mixed-precision form (fp16 weights and gradients, K = 12 bytes of fp32 master
+  weights, momentum and variance): stage 1 (2 + 2)Ψ + KΨ/p, stage 2 2Ψ + (2 + K)Ψ/p,
+  stage 3 (2 + 2 + K)Ψ/p.  Ψ = 7.5e9, p = 64: 120 GB without ZeRO, 31.4, 16.6, 1.9 GB.
+
+Also: the pipeline bubble (p - 1)/(m + p - 1) for p stages and m micro-batches; activation
+checkpointing's memory and recompute; stragglers (a synchronous step takes as long as its
+slowest rank); the seed's rule that a step whose compute is under 3× its gradient-sync time
+is communication-bound.
+
+    >>> ring_allreduce_time(16 * 2**20, 2, alpha=0.0, beta=1e9) * 1e3   # ms
+    16.777216
+    >>> round(pipeline_bubble_fraction(4, 8), 4)
+    0.2727
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["ring_allreduce_time", "ring_message_sizes", "ring_sent_elements",
+           "ring_sent_bytes_per_rank", "fit_alpha_beta", "measure_pingpong",
+           "ddp_memory_per_rank", "zero_memory_per_rank", "pipeline_bubble_fraction",
+           "checkpoint_cost", "step_time_with_stragglers", "scaling_efficiency",
+           "is_communication_bound", "overlap_timeline", "measure_activation_memory"]
+
+
+# --------------------------------------------------------------------------- communication
+
+def ring_allreduce_time(nbytes: float, p: int, alpha: float, beta: float) -> float:
+    """Seconds for a ring all-reduce of ``nbytes`` over ``p`` ranks:
+    ``2 (p - 1) α + 2 (p - 1)/p · nbytes/β`` (0 for one rank)."""
+    if p < 1:
+        raise ValueError(f"p must be at least 1, got {p}")
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes / beta
+
+
+def ring_message_sizes(n: int, p: int) -> list[int]:
+    """Elements in each of the p chunks of an array of ``n`` (the split of
+    ``mini.distributed.shard_bounds``: ceil(n/p) for the first n % p chunks, floor after)."""
+    base, extra = divmod(n, p)
+    return [base + (1 if c < extra else 0) for c in range(p)]
+
+
+def ring_sent_elements(n: int, p: int, rank: int) -> int:
+    """Elements rank ``rank`` sends in a ring all-reduce: every chunk but ``(rank + 1) % p``
+    in the reduce-scatter, every chunk but ``(rank + 2) % p`` in the all-gather.  Exactly
+    ``2 (p - 1)/p · n`` when p divides n."""
+    if p == 1:
+        return 0
+    sizes = ring_message_sizes(n, p)
+    return 2 * n - sizes[(rank + 1) % p] - sizes[(rank + 2) % p]
+
+
+def ring_sent_bytes_per_rank(n: int, p: int, itemsize: int = 4) -> float:
+    """The model's bytes per rank: ``2 (p - 1)/p · n · itemsize``."""
+    return 2 * (p - 1) / p * n * itemsize
+
+
+def fit_alpha_beta(sizes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit of ``t = α + n/β`` to one-way message times; returns ``(α, β)``
+    (seconds, bytes per second)."""
+    n = np.asarray(sizes, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if n.shape != t.shape or n.size < 2:
+        raise ValueError(f"need at least two (size, time) pairs of equal length, got "
+                         f"{n.size} sizes and {t.size} times")
+    A = np.stack([np.ones_like(n), n], axis=1)
+    (alpha, inv_beta), *_ = np.linalg.lstsq(A, t, rcond=None)
+    if inv_beta <= 0:
+        raise ValueError("the times do not grow with the message size; measure larger "
+                         "messages")
+    return max(float(alpha), 0.0), float(1.0 / inv_beta)
+
+
+def measure_pingpong(sizes: Sequence[int] = (8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22),
+                     repeats: int = 10) -> list[float]:
+    """One-way time of a message of each size (bytes) between ranks 0 and 1, half the best
+    round trip of ``repeats``: call it on every rank of a job of at least 2 ranks (ranks
+    other than 0 and 1 just wait).  Returns the times on every rank."""
+    from mini import distributed as dist
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world < 2:
+        raise RuntimeError("a ping-pong needs two ranks: launch with mpiexec -n 2")
+    times = np.zeros(len(sizes))
+    for i, size in enumerate(sizes):
+        buf = np.zeros(max(int(size), 0), dtype=np.uint8)
+        best = math.inf
+        dist.barrier()
+        for _ in range(repeats):
+            if rank == 0:
+                start = time.perf_counter()
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+                best = min(best, time.perf_counter() - start)
+            elif rank == 1:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+        times[i] = best / 2 if rank == 0 else 0.0
+    dist.broadcast(times, src=0)
+    return times.tolist()
+
+
+# --------------------------------------------------------------------------- memory
+
+def ddp_memory_per_rank(psi: int, itemsize: int = 4, optimizer_state_bytes: int = 8) -> dict:
+    """Bytes per rank under plain data parallelism: every rank holds everything."""
+    out = {"weights": itemsize * psi, "gradients": itemsize * psi,
+           "optimizer": optimizer_state_bytes * psi}
+    out["total"] = sum(out.values())
+    return out
+
+
+def zero_memory_per_rank(psi: int, p: int, stage: int = 1, mixed_precision: bool = False,
+                         k: int = 12) -> dict:
+    """Bytes per rank with ZeRO ``stage`` (0 = none, 1 = optimizer state, 2 = + gradients,
+    3 = + weights sharded over ``p`` ranks).
+
+    float32 (``mixed_precision=False``): weights 4Ψ, gradients 4Ψ, Adam state 8Ψ.
+    ``mixed_precision=True`` is the ZeRO paper's accounting: fp16 weights 2Ψ, fp16 gradients
+    2Ψ, and ``k`` bytes per parameter of fp32 optimizer state (master weights, momentum,
+    variance: K = 12)."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stages are 0, 1, 2, 3; got {stage}")
+    if p < 1:
+        raise ValueError(f"p must be at least 1, got {p}")
+    w, g, s = (2, 2, k) if mixed_precision else (4, 4, 8)
+    out = {"weights": w * psi / (p if stage >= 3 else 1),
+           "gradients": g * psi / (p if stage >= 2 else 1),
+           "optimizer": s * psi / (p if stage >= 1 else 1)}
+    out["total"] = sum(out.values())
+    return out
+
+
+# --------------------------------------------------------------------------- compute
+
+def pipeline_bubble_fraction(p: int, m: int) -> float:
+    """Idle fraction of a pipeline of ``p`` stages running ``m`` micro-batches (GPipe):
+    ``(p - 1)/(m + p - 1)``."""
+    if p < 1 or m < 1:
+        raise ValueError(f"need p >= 1 stages and m >= 1 micro-batches, got p={p}, m={m}")
+    return (p - 1) / (m + p - 1)
+
+
+def checkpoint_cost(n_layers: int, segments: int) -> dict:
+    """Activation checkpointing of ``n_layers`` equal layers with ``checkpoint_sequential``
+    (``segments`` segments of ``n_layers // segments`` layers, the last takes the rest and is
+    not checkpointed), in units of one layer's activations and one layer's forward:
+
+    - ``peak_activations``: the segment inputs kept plus the larger of the last segment and
+      one recomputed segment (no checkpointing: ``n_layers``);
+    - ``recomputed_layers``: layers run twice; ``extra_forward``: that over ``n_layers``.
+
+    With ``segments`` ≈ √n the peak is about 2√n for less than one extra forward."""
+    if not 1 <= segments <= n_layers:
+        raise ValueError(f"segments must be between 1 and n_layers ({n_layers}), got {segments}")
+    size = n_layers // segments
+    last = n_layers - size * (segments - 1)
+    recomputed = size * (segments - 1)
+    peak = n_layers if segments == 1 else (segments - 1) + max(last, size)
+    return {"peak_activations": peak, "recomputed_layers": recomputed,
+            "extra_forward": recomputed / n_layers}
+
+
+def step_time_with_stragglers(rank_seconds: Sequence[float]) -> float:
+    """A synchronous data-parallel step waits for its slowest rank."""
+    return float(max(rank_seconds))
+
+
+def scaling_efficiency(t1: float, tp: float, p: int) -> float:
+    """Speed-up over one rank divided by the number of ranks: ``t1 / (p · tp)``."""
+    return t1 / (p * tp)
+
+
+def is_communication_bound(compute_seconds: float, sync_seconds: float,
+                           factor: float = 3.0) -> bool:
+    """The seed's rule of thumb: a step whose compute is under ``factor`` (3) × its gradient
+    synchronisation is communication-bound (use bigger batches, accumulation, compression)."""
+    return compute_seconds < factor * sync_seconds
+
+
+def overlap_timeline(ready_seconds: Sequence[float], bucket_bytes: Sequence[float], p: int,
+                     alpha: float, beta: float) -> list[tuple[float, float]]:
+    """When each bucket's all-reduce runs if bucket b is ready at ``ready_seconds[b]`` (from
+    the start of backward) and all-reduces go one at a time in bucket order: it starts at
+    ``max(ready, end of the previous one)`` and lasts ``ring_allreduce_time``.  Returns
+    ``[(start, end), ...]``; the last end minus the end of backward is the communication
+    that overlap could not hide."""
+    if len(ready_seconds) != len(bucket_bytes):
+        raise ValueError(f"{len(ready_seconds)} ready times for {len(bucket_bytes)} buckets")
+    out, free = [], 0.0
+    for ready, nbytes in zip(ready_seconds, bucket_bytes):
+        start = max(float(ready), free)
+        free = start + ring_allreduce_time(nbytes, p, alpha, beta)
+        out.append((start, free))
+    return out
+
+
+# --------------------------------------------------------------------------- measurement
+
+def measure_activation_memory(step) -> dict:
+    """Run ``step()`` (a forward and backward) and measure what it allocates:
+    ``{"peak_bytes": ..., "ops": {"forward": n, "backward": m}, "forward_ops": {name: n}}``.
+
+    The peak is tracemalloc's, over the run, above what was allocated before; mini's pool of
+    large buffers is switched off meanwhile (a recycled buffer would not show up as an
+    allocation).  Operation counts come from mini's profiler, recomputed forwards included."""
+    import tracemalloc
+
+    from mini.backends import numpy_backend
+    from mini.utils import profiler
+    pool, numpy_backend.POOL_ENABLED = numpy_backend.POOL_ENABLED, False
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        with profiler.profile() as prof:
+            step()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if started:
+            tracemalloc.stop()
+        numpy_backend.POOL_ENABLED = pool
+    counts = {ph: sum(prof.op_counts(ph).values()) for ph in ("forward", "backward")}
+    return {"peak_bytes": int(peak), "ops": counts, "forward_ops": prof.op_counts("forward")}
