@@ -67,8 +67,11 @@ def main() -> int:
                 nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"submitted by student {i:03d}"))
                 nbformat.write(nb, str(inbox / f"s{i:03d}_{nb_path.stem}.ipynb"))
         course.import_submissions(chapter, inbox, d, log=quiet)
+        import os
         print(f"course ready in {setup:.1f} s: {a.students} submissions of {chapter}, "
-              f"--jobs {a.jobs}")
+              f"--jobs {a.jobs}, {os.cpu_count()} cores, load average "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (other work on the machine "
+              f"slows the runs down)")
         digests, times = [], []
         for run in range(a.runs):
             start = time.perf_counter()
@@ -82,6 +85,7 @@ def main() -> int:
             text = csv_text(course.grades(d))
             digests.append(hashlib.sha256(text.encode()).hexdigest())
             print(f"run {run + 1}: {wall:.1f} s for {len(results)} submissions "
+                  f"(load average {os.getloadavg()[0]:.1f}) "
                   f"({wall / max(1, len(results)):.2f} s each, wall); statuses {statuses}; "
                   f"totals {scores}; grades CSV sha256 {digests[-1][:16]}")
         same = len(set(digests)) == 1
