@@ -6,6 +6,8 @@ Instructors::
     cd ~/mini-course-2026
     mini-course release 03                       # release/03_strides/ to hand out
     mini-course import 03 ~/Downloads/submissions.zip
+                                                 # or, on a shared server (nbgrader's exchange):
+                                                 # release 03 --exchange, then collect 03
     mini-course autograde 03                     # every submission, in sandboxes, in parallel;
                                                  # --student S for one, --jobs N
     mini-course feedback 03                      # feedback/<student>/03_strides/*.html
@@ -42,7 +44,7 @@ __all__ = ["main", "build_parser"]
 def _cmd_init(a) -> int:
     from grader.course import init_course
     init_course(a.dir, force=a.force, course_id=a.course_id, cell_timeout=a.cell_timeout,
-                check_timeout=a.check_timeout, check_memory=a.check_memory,
+                check_timeout=a.check_timeout, check_memory=a.check_memory, exchange=a.exchange,
                 kernel_memory=a.kernel_memory, notebook_timeout=a.notebook_timeout,
                 course_src=Path(a.course_src) if a.course_src else None)
     return 0
@@ -50,7 +52,13 @@ def _cmd_init(a) -> int:
 
 def _cmd_release(a) -> int:
     from grader.course import release
-    release(a.chapter, a.course_dir, refresh=a.refresh)
+    release(a.chapter, a.course_dir, refresh=a.refresh, exchange=a.exchange)
+    return 0
+
+
+def _cmd_collect(a) -> int:
+    from grader.course import collect
+    collect(a.chapter, a.course_dir)
     return 0
 
 
@@ -76,14 +84,15 @@ def _cmd_feedback(a) -> int:
 
 def _cmd_grades(a) -> int:
     from grader.course import grades
-    rows = grades(a.course_dir)
-    if a.csv:
-        from grader.course import GRADE_FIELDS
-        out = Path(a.csv).expanduser()
+    out = Path(a.csv).expanduser() if a.csv else None
+    if out is not None:    # before the gradebook is read: a typo costs nothing
         if out.is_dir():
             raise CourseError(f"--csv {a.csv} is a folder: give a file name, e.g. {out / 'grades.csv'}")
         if not out.parent.is_dir():
             raise CourseError(f"--csv {a.csv}: the folder {out.parent} does not exist")
+    rows = grades(a.course_dir)
+    if out is not None:
+        from grader.course import GRADE_FIELDS
         tmp = out.with_name(f".{out.name}.part")
         try:
             with open(tmp, "w", newline="") as f:
@@ -251,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--notebook-timeout", type=float, default=1800,
                    help="seconds for a whole notebook at autograde (its cells, then its checks)")
     s.add_argument("--course-src", help="folder of chapters (default: the repository's course/)")
+    s.add_argument("--exchange", default=None, metavar="DIR",
+                   help="nbgrader's exchange folder, for `release --exchange` and `collect` "
+                        "(shared servers: students fetch and submit there)")
     s.set_defaults(func=_cmd_init)
 
     def course_opt(s):
@@ -262,8 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--refresh", action="store_true",
                    help="first re-copy source/<chapter> from the repository's course/ and mini "
                         "(the old one is backed up)")
+    s.add_argument("--exchange", action="store_true",
+                   help="also publish it to nbgrader's exchange (Exchange.root in "
+                        "nbgrader_config.py) for students to fetch")
     course_opt(s)
     s.set_defaults(func=_cmd_release)
+
+    s = sub.add_parser("collect", help="collect submissions from nbgrader's exchange into submitted/")
+    s.add_argument("chapter")
+    course_opt(s)
+    s.set_defaults(func=_cmd_collect)
 
     s = sub.add_parser("import", help="import submissions (folder or .zip, <student>_<notebook>.ipynb)")
     s.add_argument("chapter")

@@ -39,7 +39,7 @@ __all__ = [
     "resolve_chapter", "chapter_number", "init_course", "release", "import_submissions",
     "autograde", "feedback", "grades", "workspace", "run_nbgrader", "student_id_from_filename",
     "hidden_slots_by_cell", "find_leaks", "course_config", "course_secret", "StudentResult",
-    "audit_release", "rejected_at_import",
+    "audit_release", "rejected_at_import", "collect",
 ]
 
 CHAPTER_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
@@ -186,8 +186,9 @@ def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
                  log_name: str | None = None, root: Path | None = None) -> dict:
     """Run one nbgrader step in this process through ``nbgrader.apps.NbGraderAPI``, with the
     course's ``nbgrader_config.py`` (plus ``config``: ``{"Section.trait": value}``).
-    ``step``: ``generate_assignment``, ``autograde``, ``generate_feedback`` or ``db``
-    (create the gradebook).  ``root``: run on another course folder (a private copy) with
+    ``step``: ``generate_assignment``, ``autograde``, ``generate_feedback``,
+    ``release_assignment`` and ``collect`` (nbgrader's exchange) or ``db`` (create the
+    gradebook).  ``root``: run on another course folder (a private copy) with
     this course's configuration.  Returns nbgrader's ``{"success", "log", "error"}``."""
     _ensure_path()
     import logging
@@ -209,6 +210,19 @@ def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
         result = api.autograde(chapter, student, force=True, create=True)
     elif step == "generate_feedback":
         result = api.generate_feedback(chapter, student_id=student, force=True)
+    elif step in ("release_assignment", "collect"):
+        # nbgrader's exchange: publish release/<chapter> to the outbound folder (again, if it
+        # is there: a re-release replaces it), or copy the newest submission of each student
+        # from the inbound folder to submitted/.
+        from nbgrader.apps.api import capture_log, temp_attrs
+        with temp_attrs(api.coursedir, assignment_id=chapter):
+            cls = api.exchange.ReleaseAssignment if step == "release_assignment" else api.exchange.Collect
+            app = cls(coursedir=api.coursedir, authenticator=api.authenticator, parent=api)
+            if step == "release_assignment":
+                app.force = True
+            else:
+                app.update = True
+            result = capture_log(app)
     elif step == "db":
         from nbgrader.api import Gradebook
         with Gradebook(coursedir.db_url, coursedir.course_id):
@@ -269,6 +283,13 @@ c.TrustedVerdicts.check_timeout = {check_timeout}
 c.TrustedVerdicts.memory_limit = {check_memory!r}
 c.TrustedVerdicts.notebook_timeout = {notebook_timeout}
 
+# nbgrader's exchange, for shared servers and JupyterHub: `mini-course release CHAPTER
+# --exchange` publishes the release there, students `nbgrader fetch_assignment CHAPTER
+# --course {course_id}` and `nbgrader submit CHAPTER --course {course_id}` from their own
+# accounts (their nbgrader configuration names the same root), `mini-course collect
+# CHAPTER` gathers the submissions into submitted/.
+{exchange_line}
+
 # Feedback: hidden tests removed from cell sources AND outputs (tracebacks), outputs capped.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
@@ -287,7 +308,8 @@ def _copy_chapter(course_src: Path, chapter: str, dest: Path, mini_src: Path) ->
 def init_course(course_dir: str | Path, *, course_src: Path | None = None,
                 mini_src: Path | None = None, force: bool = False, course_id: str = "mini",
                 cell_timeout: int = 120, check_timeout: float = 60, check_memory: str = "4G",
-                kernel_memory: str = "6G", notebook_timeout: float = 1800, log=print) -> Path:
+                kernel_memory: str = "6G", notebook_timeout: float = 1800,
+                exchange: str | Path | None = None, log=print) -> Path:
     """Create an instructor course directory (see the module docstring).
 
     Refuses a non-empty ``course_dir`` unless ``force``; with ``force`` the files it would
@@ -321,7 +343,9 @@ def init_course(course_dir: str | Path, *, course_src: Path | None = None,
     config_text = CONFIG_TEMPLATE.format(
         course_id=course_id, ignore=IGNORE, cell_timeout=int(cell_timeout),
         check_timeout=float(check_timeout), check_memory=str(check_memory),
-        kernel_memory=str(kernel_memory), notebook_timeout=float(notebook_timeout))
+        kernel_memory=str(kernel_memory), notebook_timeout=float(notebook_timeout),
+        exchange_line=(f"c.Exchange.root = {str(Path(exchange).expanduser().resolve())!r}"
+                       if exchange else "# c.Exchange.root = '/srv/nbgrader/exchange'"))
     cfg = course_dir / "nbgrader_config.py"
     if cfg.exists() and cfg.read_text() != config_text:
         keep(cfg)
@@ -382,7 +406,7 @@ def _chapter_in_course(course_dir: Path, arg: str) -> str:
 
 
 def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: bool = False,
-            log=print) -> Path:
+            log=print, exchange: bool = False) -> Path:
     """nbgrader generate_assignment for the chapter (solutions stripped, hidden tests
     removed, the student mini alongside); returns ``release/<chapter>``.  A chapter added to
     course/ after ``init`` is copied into source/ first; ``refresh`` re-copies it from course/
@@ -416,7 +440,50 @@ def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: boo
                           f"{chapter_number(chapter)}'s exercises (a student could call them "
                           f"instead of writing their own):\n" + "\n".join(f"  {a}" for a in answers))
     log(f"released {chapter}: {out}")
+    if exchange:
+        result = run_nbgrader(course_dir, "release_assignment", chapter,
+                              log_name=f"exchange-release-{chapter}")
+        if not result["success"]:
+            raise CourseError(f"nbgrader release_assignment {chapter} failed (is Exchange.root "
+                              f"set in nbgrader_config.py, and writable?):\n"
+                              + _nbgrader_errors(result))
+        root, course_id = _exchange_root(course_dir), course_config(course_dir)["course_id"]
+        log(f"released {chapter} to the exchange ({root}/{course_id}/outbound/{chapter}); "
+            f"students: nbgrader fetch_assignment {chapter} --course {course_id}")
     return out
+
+
+def _exchange_root(course_dir: Path) -> str:
+    return str(_config_value(load_nbgrader_config(course_dir), "Exchange", "root",
+                             "/srv/nbgrader/exchange"))
+
+
+def collect(chapter_arg: str, course_dir: str | Path | None = None, log=print) -> list[str]:
+    """nbgrader collect: the newest submission of each student from the exchange's inbound
+    folder into ``submitted/<student>/<chapter>/`` (an older collected one is replaced; grade
+    with ``autograde`` afterwards).  Returns the students whose submission is new or newer."""
+    course_dir = _course_paths(course_dir)
+    chapter = _chapter_in_course(course_dir, chapter_arg)
+
+    def stamps() -> dict[str, str]:
+        out = {}
+        for s in _submitted_students(course_dir, chapter):
+            t = course_dir / "submitted" / s / chapter / "timestamp.txt"
+            out[s] = t.read_text().strip() if t.is_file() else ""
+        return out
+
+    before = stamps()
+    result = run_nbgrader(course_dir, "collect", chapter, log_name=f"exchange-collect-{chapter}")
+    if not result["success"]:
+        raise CourseError(f"nbgrader collect {chapter} failed (exchange {_exchange_root(course_dir)}):"
+                          f"\n" + _nbgrader_errors(result))
+    after = stamps()
+    new = sorted(s for s in after if before.get(s) != after[s])
+    for s in new:
+        log(f"collected: {s}/{chapter} (submitted {after[s] or 'at an unknown time'})")
+    log(f"{len(new)} new or newer submissions of {chapter} collected, {len(after)} in submitted/; "
+        f"next: mini-course autograde {chapter}")
+    return new
 
 
 # --------------------------------------------------------------------------- leaks

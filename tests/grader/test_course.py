@@ -430,12 +430,23 @@ def test_an_interrupted_run_resumes_and_the_gradebook_is_backed_up(graded_fixtur
         assert con.execute("SELECT count(*) FROM grade").fetchone()[0] > 0
     finally:
         con.close()
+    # A file rejected at import is a row of the summary and of the grades, with its status.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "no name here!.ipynb").write_bytes(FIXTURE_NB.read_bytes())
+    course.import_submissions(FIXTURE_CHAPTER, inbox, d, log=quiet)
     lines = []
     results = course.autograde(FIXTURE_CHAPTER, d, jobs=2, log=lines.append)
+    row = next(l for l in lines if "[rejected at import]" in l)
+    assert row.startswith("no name here!.ipynb: - [rejected at import]") and "not a safe student id" in row
+    assert "1 files rejected at import" in lines[-1]
+    rejected_rows = [r for r in course.grades(d) if r["status"] == "rejected at import"]
+    assert [(r["student"], r["notebook"]) for r in rejected_rows] == [("no name here!.ipynb",) * 2]
     assert any("resuming an interrupted run: 1 of" in l for l in lines)
     assert results[merged[0]].resumed
     assert sum(not r.resumed for r in results.values()) == len(results) - 1
-    after = {(r["student"], r["grade_id"]): r["score"] for r in course.grades(d)}
+    after = {(r["student"], r["grade_id"]): r["score"] for r in course.grades(d)
+             if r["status"] != "rejected at import"}
     assert after == before                      # the same grades, whichever run made them
 
 
