@@ -3,6 +3,7 @@ check, workspace -- with nbgrader for real."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import zipfile
@@ -350,11 +351,18 @@ def test_check_reports_visible_and_hidden_results(graded_fixture, tmp_path, caps
     assert off.visible == "failed" and "not implemented" in off.message
     table = format_table(list(results.values()))
     assert "total: 0 / 16 points" in table
-    # The command: the instructor's notebook passes everything.
+    # The command: the instructor's notebook passes everything (exit 0) ...
     monkeypatch.setenv("MINI_COURSE_SRC", str(FIXTURE_COURSE))
     assert main(["check", "03", str(FIXTURE_NB), "--timeout", "30"]) == 0
     out = capsys.readouterr().out
     assert "total: 16 / 16 points" in out
+    # ... and the learner's workspace notebook, found by chapter, does not (exit 1).
+    monkeypatch.setenv("MINI_WORKSPACE", str(tmp_path))
+    ws.rename(tmp_path / FIXTURE_CHAPTER)
+    assert main(["check", "03", "--timeout", "30"]) == 1
+    out = capsys.readouterr().out
+    assert f"checking {tmp_path / FIXTURE_CHAPTER / 'fixture.ipynb'}" in out
+    assert "total: 0 / 16 points" in out
 
 
 # --------------------------------------------------------------------------- workspace
