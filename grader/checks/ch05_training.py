@@ -737,9 +737,18 @@ def check_save_checkpoint(fn):
     calls = obs.get("calls") or []
     if "replace" not in calls and "rename" not in calls:
         fail(f"{what}: the checkpoint was not published with os.replace (atomic rename)")
-    if "fsync" not in calls:
+    if any(c.endswith(":other-dir") for c in calls):
+        fail(f"{what}: the temporary file was written in another directory than the "
+             f"checkpoint: a rename is atomic only within one file system, so make the "
+             f"temporary file next to the checkpoint")
+    if "fsync" not in calls or (calls_kinds := [c for c in calls if c.startswith("fsync:")]) \
+            and "fsync:file" not in calls_kinds:
         fail(f"{what}: the data was never fsync'ed: after a power cut the renamed file "
-             f"could be empty; call os.fsync(f.fileno()) before os.replace")
+             f"could be empty; make the file's bytes durable before publishing it")
+    if calls_kinds and "fsync:dir" not in calls_kinds:
+        fail(f"{what}: the rename was not made durable: the new directory entry lives in the "
+             f"directory, which was never fsync'ed, so after a power cut the old checkpoint "
+             f"(or none) can come back")
 
 
 @check("05.load_checkpoint", points=POINTS["05.load_checkpoint"])

@@ -269,11 +269,11 @@ def _state(model, optimizer, scheduler, loader, step, *, optimizer_state=True, r
     return state
 
 
-def _atomic_write(path, state):
+def _save_with(path, state, *, tmp_dir=None, dir_fsync=True):
     import tempfile
     from mini import serialization
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir or directory, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             serialization.save(state, f)
@@ -284,14 +284,32 @@ def _atomic_write(path, state):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    if dir_fsync:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def save_temp_in_tmp(path, model, optimizer, scheduler=None, loader=None, step=0):
+    """The temporary file in the system's temp folder: os.replace may cross file systems."""
+    import tempfile
+    _save_with(path, _state(model, optimizer, scheduler, loader, step),
+               tmp_dir=tempfile.mkdtemp())
+
+
+def save_without_dir_fsync(path, model, optimizer, scheduler=None, loader=None, step=0):
+    """Data fsync'ed and renamed, but the directory entry is never made durable."""
+    _save_with(path, _state(model, optimizer, scheduler, loader, step), dir_fsync=False)
 
 
 def save_without_optimizer(path, model, optimizer, scheduler=None, loader=None, step=0):
-    _atomic_write(path, _state(model, optimizer, scheduler, loader, step, optimizer_state=False))
+    _save_with(path, _state(model, optimizer, scheduler, loader, step, optimizer_state=False))
 
 
 def save_without_rng(path, model, optimizer, scheduler=None, loader=None, step=0):
-    _atomic_write(path, _state(model, optimizer, scheduler, loader, step, rng=False))
+    _save_with(path, _state(model, optimizer, scheduler, loader, step, rng=False))
 
 
 def save_in_place(path, model, optimizer, scheduler=None, loader=None, step=0):
@@ -371,6 +389,10 @@ MISTAKES = [
     Mistake("05.save_checkpoint", "checkpoint missing RNG state", save_without_rng,
             "random-number state"),
     Mistake("05.save_checkpoint", "non-atomic save", save_in_place, "not atomic"),
+    Mistake("05.save_checkpoint", "temporary file in another directory", save_temp_in_tmp,
+            "another directory"),
+    Mistake("05.save_checkpoint", "rename not made durable", save_without_dir_fsync,
+            "directory, which was never fsync'ed"),
     Mistake("05.load_checkpoint", "resume without the RNG state", load_without_rng,
             "random state was not restored"),
     Mistake("05.load_checkpoint", "resume without the optimizer state", load_without_optimizer,
