@@ -96,12 +96,28 @@ def test_im2col_view_is_free_and_matrix_copies():
     assert cols.nbytes / x.nbytes == pytest.approx(2 * 36 * 27 / (2 * 3 * 64))
 
 
-def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox():
-    """The notebook's omp_add cell (C++ source inside the function) run as in a kernel:
-    the function it registers is pickled by value, sent to a fresh subprocess, compiled
-    there from the shared cache, and passes its check."""
-    from grader.sandbox import run_sandboxed
-    omp_add = run_cells("04_hardware", "setup", "04.omp_add")["omp_add"]
-    assert omp_add.__module__ == "__main__" and omp_add.slot_id == "04.omp_add"
-    verdict = run_sandboxed("04.omp_add", omp_add, timeout=120)
+def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox(tmp_path):
+    """The notebook's setup and omp_add cells (C++ source inside the function), as text,
+    run in the sandboxed worker with the chapter's student copy of mini; the kernel is
+    compiled there and passes its check."""
+    import nbformat
+    from grader.checks import evaluate
+    from grader.checks.student import Student
+    from grader.course import default_mini_src
+    from grader.grading import answer_cells
+    from grader.sandbox import Sandbox, SandboxUnavailable
+    from grader.solutions import strip_package
+    from grader.workerproc import WorkerBackend
+    from helpers import notebook_of
+    try:
+        box = Sandbox.detect()
+    except SandboxUnavailable as e:
+        pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
+    strip_package(default_mini_src(), tmp_path / "mini", 4)
+    nb = nbformat.read(str(notebook_of("04_hardware")), as_version=4)
+    cells = [c for c in answer_cells(nb, nb) if c["grade_id"] in ("04_setup", "04_omp_add_code")]
+    assert len(cells) == 2
+    with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240) as be:
+        be.begin_check()
+        verdict = evaluate("04.omp_add", Student(be, "04.omp_add", "omp_add"))
     assert verdict.passed, verdict.message
