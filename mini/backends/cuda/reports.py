@@ -209,7 +209,7 @@ def excerpt(t: dict, lines: list[str] | None = None, context: int = 0, mark: str
         return []
     if lines is None:
         lines = _source_lines(t)
-    if not lines:
+    if not lines or line > len(lines):
         src = (t.get("source") or "").strip()
         return [f"{line:>6} | {src}"] if src else []
     out = []
@@ -220,9 +220,10 @@ def excerpt(t: dict, lines: list[str] | None = None, context: int = 0, mark: str
 
 
 def report_text(rep: dict, number: int | None = None, with_hint: bool = True, launch=None,
-                alike: list | None = None) -> str:
+                alike: list | None = None, sources: dict | None = None) -> str:
     """One report as a block of text: title, the threads with their source lines, a hint.
-    ``alike``: more reports of the same problem (named in one line)."""
+    ``alike``: more reports of the same problem (named in one line); ``sources``: module ->
+    source lines (default: what this process's emulator knows)."""
     head = (f"{number}. " if number is not None else "") + title(rep)
     pad = " " * (len(str(number)) + 2 if number is not None else 0)
     out = [head]
@@ -236,7 +237,10 @@ def report_text(rep: dict, number: int | None = None, with_hint: bool = True, la
             obj = ""
         where = f" at line {t['line']}" if t.get("line") else ""
         out.append(f"{pad}  {_who(t, launch)} {verb}{obj}{where}")
-        out += [f"{pad}  {x}" for x in excerpt(t)]
+        lines = sources.get(t.get("module", "")) if sources is not None else None
+        if sources is not None and not lines:
+            lines = []      # only the quoted line: another process's modules are not known here
+        out += [f"{pad}  {x}" for x in excerpt(t, lines)]
     if kind == "race" and len(threads) == 2:
         same_block = threads[0].get("block") == threads[1].get("block")
         out.append(f"{pad}  with no __syncthreads() between them." if same_block
