@@ -191,14 +191,19 @@ def source_paths(chapter: str) -> list[Path]:
     return sorted((SOURCES / chapter).glob("*.md"))
 
 
-def notebook_of(chapter: str) -> Path:
-    """The (one) notebook of ``chapter``, ``course/<chapter>/<name>.ipynb``."""
-    (path,) = sorted((COURSE / chapter).glob("*.ipynb"))
-    return path
+def notebook_of(chapter: str, name: str | None = None) -> Path:
+    """The notebook ``course/<chapter>/<name>.ipynb``; ``name`` may be left out when the
+    chapter has one notebook."""
+    if name is not None:
+        return COURSE / chapter / f"{name}.ipynb"
+    paths = sorted((COURSE / chapter).glob("*.ipynb"))
+    if len(paths) != 1:
+        raise ValueError(f"{chapter} has notebooks {[p.name for p in paths]}: name the one you mean")
+    return paths[0]
 
 
 def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
-    """Run cells of ``chapter``'s notebook, in the order given, in one namespace named
+    """Run cells of ``chapter``'s notebooks, in the order given, in one namespace named
     ``__main__`` (as in a kernel), and return it.  A name is a demo's (``"setup"``,
     ``"payoff"``) or a slot (``"02.multiply_add"``: its exercise or solution cell, which
     registers the reference into mini; the conftest fixture unregisters it after the test).
@@ -211,8 +216,15 @@ def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
 
     from grader.checks import solution_grade_id
 
-    by_id = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell
-             for cell in nbformat.read(str(notebook_of(chapter)), as_version=4).cells}
+    by_id = {}
+    for path in sorted((COURSE / chapter).glob("*.ipynb")):    # grade ids are unique chapter-wide
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if gid is None:
+                continue
+            if gid in by_id:
+                raise ValueError(f"{chapter}: two cells with grade id {gid!r}")
+            by_id[gid] = cell
     ns = {} if ns is None else ns
     ns.setdefault("__name__", "__main__")
     ns.setdefault("__builtins__", __builtins__)

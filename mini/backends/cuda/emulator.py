@@ -39,7 +39,7 @@ from mini.backends.cuda import build
 
 __all__ = ["check", "KernelCheck", "CudaSanitizerWarning", "set_options", "get_options",
            "last_launches", "last_launch", "transfer_stats", "reset_transfer_stats", "library",
-           "collect", "KINDS", "COUNTERS", "source_lines"]
+           "collect", "KINDS", "COUNTERS", "source_lines", "CudaSanitizerError"]
 
 #: Every kind of report, with a short description.
 KINDS = {
@@ -73,6 +73,10 @@ _LAST: collections.deque = collections.deque(maxlen=100)
 
 class CudaSanitizerWarning(UserWarning):
     """The emulator found a problem in a kernel launch (outside ``check()``)."""
+
+
+class CudaSanitizerError(AssertionError):
+    """Raised by :meth:`KernelCheck.assert_clean` when the sanitizer found a problem."""
 
 
 # --------------------------------------------------------------------------- the library
@@ -451,6 +455,24 @@ class KernelCheck:
     def _repr_html_(self) -> str:
         from mini.backends.cuda import reports
         return reports.html(self)
+
+    def assert_clean(self, what: str = "") -> None:
+        """Raise :class:`CudaSanitizerError` (an AssertionError) when a report was made or a
+        launch failed, after showing the reports (in a notebook: with your source lines).
+        ``what`` names the call in the message, e.g. ``"cuda_add with 2 blocks"``."""
+        failed = [l for l in self.launches if l["error"] != "cudaSuccess"]
+        if not self.reports and not failed:
+            return
+        from mini.backends.cuda import reports
+        groups = reports.group(self.reports)
+        if reports.in_notebook():
+            self.show()
+            detail = "see the report above"
+        else:
+            detail = str(self)
+        first = reports.title(groups[0][0]) if groups else f"a launch ended with {failed[0]['error']}"
+        raise CudaSanitizerError(f"{what + ': ' if what else ''}mini's CUDA sanitizer found "
+                                 f"{len(groups) or len(failed)} problem(s), first {first}; {detail}")
 
     def show(self, limit: int = 5) -> None:
         """Display the reports: HTML with the source lines in a notebook, text elsewhere."""

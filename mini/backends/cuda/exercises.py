@@ -84,15 +84,6 @@ def cuda_add(a: np.ndarray, b: np.ndarray, blocks: int | None = None, threads: i
     ### END SOLUTION
 
 
-def _matmul_shapes(name: str, a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
-    """(M, N, K) of a float32 [M, K] @ [K, N] product, or the error a matmul raises."""
-    if a.dtype != np.float32 or b.dtype != np.float32:
-        raise TypeError(f"{name} needs float32 matrices, got {a.dtype} and {b.dtype}")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"{name} needs [M, K] @ [K, N], got {a.shape} @ {b.shape}")
-    return a.shape[0], b.shape[1], a.shape[1]
-
-
 @exercise("04.cuda_matmul_naive")
 def cuda_matmul_naive(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` for float32 matrices [M, K] @ [K, N] -> [M, N], by a kernel with one
@@ -124,7 +115,11 @@ def cuda_matmul_naive(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (int)cudaGetLastError();
     }
     """
-    m, n, k = _matmul_shapes("cuda_matmul_naive", a, b)
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        raise TypeError(f"cuda_matmul_naive needs float32 matrices, got {a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"cuda_matmul_naive needs [M, K] @ [K, N], got {a.shape} @ {b.shape}")
+    (m, k), n = a.shape, b.shape[1]
     if m == 0 or n == 0:
         return np.zeros((m, n), np.float32)                # no thread to launch
     ext = load_inline("cuda_matmul_naive", "", cuda_sources=source, functions=["launch_matmul_naive"])
@@ -180,7 +175,11 @@ def cuda_matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (int)cudaGetLastError();
     }
     """
-    m, n, k = _matmul_shapes("cuda_matmul_tiled", a, b)
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        raise TypeError(f"cuda_matmul_tiled needs float32 matrices, got {a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"cuda_matmul_tiled needs [M, K] @ [K, N], got {a.shape} @ {b.shape}")
+    (m, k), n = a.shape, b.shape[1]
     if m == 0 or n == 0:
         return np.zeros((m, n), np.float32)                # no thread to launch
     ext = load_inline("cuda_matmul_tiled", "", cuda_sources=source, functions=["launch_matmul_tiled"])
@@ -189,17 +188,6 @@ def cuda_matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         dev.check(ext.launch_matmul_tiled(A, B, C, m, n, k))
         return dev.to_host(C)
     ### END SOLUTION
-
-
-def _sum_input(name: str, x: np.ndarray, blocks: int | None) -> int:
-    """The number of blocks for a sum of ``x`` (or the error the sum raises)."""
-    if x.dtype != np.float32:
-        raise TypeError(f"{name} needs a float32 array, got {x.dtype}")
-    if blocks is None:
-        return max(1, min(1024, (x.size + 255) // 256))
-    if blocks < 1:
-        raise ValueError(f"{name}: blocks must be at least 1, got {blocks}")
-    return blocks
 
 
 @exercise("04.cuda_block_sum_shared")
@@ -239,7 +227,12 @@ def cuda_block_sum_shared(x: np.ndarray, blocks: int | None = None) -> float:
         return (int)cudaGetLastError();
     }
     """
-    blocks = _sum_input("cuda_block_sum_shared", x, blocks)
+    if x.dtype != np.float32:
+        raise TypeError(f"cuda_block_sum_shared needs a float32 array, got {x.dtype}")
+    if blocks is None:
+        blocks = max(1, min(1024, (x.size + 255) // 256))   # one element per thread, or less
+    if blocks < 1:
+        raise ValueError(f"cuda_block_sum_shared: blocks must be at least 1, got {blocks}")
     ext = load_inline("cuda_block_sum_shared", "", cuda_sources=source,
                       functions=["launch_block_sum_shared"])
     with DeviceSession() as dev:
@@ -293,7 +286,12 @@ def cuda_block_sum_shuffle(x: np.ndarray, blocks: int | None = None) -> float:
         return (int)cudaGetLastError();
     }
     """
-    blocks = _sum_input("cuda_block_sum_shuffle", x, blocks)
+    if x.dtype != np.float32:
+        raise TypeError(f"cuda_block_sum_shuffle needs a float32 array, got {x.dtype}")
+    if blocks is None:
+        blocks = max(1, min(1024, (x.size + 255) // 256))   # one element per thread, or less
+    if blocks < 1:
+        raise ValueError(f"cuda_block_sum_shuffle: blocks must be at least 1, got {blocks}")
     ext = load_inline("cuda_block_sum_shuffle", "", cuda_sources=source,
                       functions=["launch_block_sum_shuffle"])
     with DeviceSession() as dev:
