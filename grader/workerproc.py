@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 from grader.checks.student import Backend, Outcome, WorkerLost, _outcome
-from grader.sandbox import Limits, Sandbox
+from grader.sandbox import INSIDE_SCRATCH, Limits, Sandbox
 from grader.worker import codec
 
 __all__ = ["WorkerProcess", "WorkerBackend", "WORKER_PACKAGE"]
@@ -108,6 +108,9 @@ class WorkerProcess:
         boot = (f"import sys; sys.path[:0] = {path!r}; "
                 f"from grader.worker.main import main; main()")
         writable, env = cache_binds(box, self.cache_dir)
+        runtime_ro, runtime_env = cuda_runtime_binds(box)
+        readonly.update(runtime_ro)
+        env.update(runtime_env)
         self.proc = box.launch([box.python, "-I", "-c", boot], scratch=self.scratch,
                                readonly=readonly, writable=writable, env=env, limits=self.limits,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -205,6 +208,31 @@ def cache_binds(box: Sandbox, cache_dir: Path | None) -> tuple[dict, dict]:
         return {}, {}
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
     return {cache_dir: "/cache"}, {"MINI_EXTENSIONS_DIR": box.inside(cache_dir, "/cache")}
+
+
+def cuda_runtime_binds(box: Sandbox) -> tuple[dict, dict]:
+    """(read-only binds, environment) that hand a sandbox the CUDA emulator's runtime
+    library prebuilt by this (trusted) process, so that student CUDA code (chapter 04) links
+    against it instead of building it in every sandbox (``MINI_CUDA_RUNTIME_DIR``).  Empty
+    where the runtime cannot be built here: the sandbox then builds its own into its cache."""
+    runtime = _cuda_runtime()
+    if runtime is None:
+        return {}, {}
+    inside = ".mini-cuda-runtime"            # under the scratch folder
+    where = f"{INSIDE_SCRATCH}/{inside}" if box.confined else str(runtime.parent)
+    return {runtime.parent: inside}, {"MINI_CUDA_RUNTIME_DIR": where}
+
+
+def _cuda_runtime():
+    """The emulator's runtime library built for this machine (built on first use, ~15 s,
+    then cached), or None where it cannot be built."""
+    if os.name != "posix":
+        return None
+    try:
+        from mini.backends.cuda import build
+        return build.runtime_library()
+    except Exception:  # noqa: BLE001 - no compiler here: each sandbox tries on its own
+        return None
 
 
 class WorkerBackend(Backend):

@@ -36,8 +36,9 @@ from grader.checks.helpers import (call, call_text, describe, expect_array, expe
 
 __all__ = ["diagnose_reports", "POINTS"]
 
-_KINDS_ORDER = ("launch_error", "invalid_address", "assert", "barrier_divergence", "shuffle_mask",
-                "out_of_bounds", "race", "uninitialized_read", "api_error", "host_access",
+# an index past the end is the cause of the invalid address that often follows it
+_KINDS_ORDER = ("launch_error", "out_of_bounds", "invalid_address", "assert", "barrier_divergence",
+                "shuffle_mask", "race", "uninitialized_read", "api_error", "host_access",
                 "schedule_dependent")
 _U32 = 2.0 ** -24          # unit roundoff of float32
 

@@ -27,8 +27,8 @@ __all__ = ["hint", "title", "excerpt", "report_text", "text", "html", "show", "g
 
 #: Kinds from the most to the least telling: a launch that did not run first, then what
 #: breaks results for sure, then what only may.
-ORDER = ("launch_error", "invalid_address", "assert", "barrier_divergence", "shuffle_mask",
-         "out_of_bounds", "race", "uninitialized_read", "api_error", "host_access",
+ORDER = ("launch_error", "out_of_bounds", "invalid_address", "assert", "barrier_divergence",
+         "shuffle_mask", "race", "uninitialized_read", "api_error", "host_access",
          "schedule_dependent")
 
 
