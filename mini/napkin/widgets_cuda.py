@@ -16,9 +16,6 @@ does not), and need the exercise they measure: until then the report says which 
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numpy as np
 
 from mini.napkin import cuda as model
@@ -28,19 +25,10 @@ __all__ = ["napkin_matmul_reads", "napkin_sectors", "napkin_transfer", "pipeline
            "measure_matmul_reads", "measure_sectors", "measure_add_transfers"]
 
 
-@contextlib.contextmanager
 def _emulated():
     """Build and run on the emulator, even where a GPU is present (only it counts)."""
     from mini.backends.cuda import build
-    old = os.environ.get(build.EMULATE_ENV)
-    os.environ[build.EMULATE_ENV] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(build.EMULATE_ENV, None)
-        else:
-            os.environ[build.EMULATE_ENV] = old
+    return build.emulated()
 
 
 def _not_done(e) -> str:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import numpy as np
 import pytest
 
 import mini
 from mini import exercises
-from mini.backends.cuda import backend as cuda_backend, emulator, kernels
+from mini.backends.cuda import emulator, kernels
 from mini.backends.cuda import exercises as cuda_ex
 from cuda_helpers import emulated, requires_posix
 
@@ -30,10 +29,8 @@ pytestmark = requires_posix
 
 
 @pytest.fixture(scope="module")
-def dev():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cuda_backend.EmulatedDeviceWarning)
-        return mini.device("cuda")
+def dev(cuda):
+    return cuda
 
 
 @pytest.fixture

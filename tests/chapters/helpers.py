@@ -302,3 +302,35 @@ def displayed_widget_bundle(monkeypatch, module, widget: str, **kwargs) -> dict:
     getattr(module, widget)(**kwargs)
     (ui,) = shown
     return ui._repr_mimebundle_()
+
+
+def graded_in_sandbox(tmp_path: Path, chapter: str, notebook: str, grade_ids, slot: str,
+                      name: str, replace: tuple[str, str] | None = None):
+    """The verdict of ``slot``'s check on the cells ``grade_ids`` of ``notebook`` (setup
+    and answer cells, as text) run in the sandboxed worker with the chapter's student copy
+    of mini, as autograding runs them.  ``replace``: (old, new) text to change in the last
+    cell first (a wrong answer).  Skips where there is no sandbox."""
+    import pytest
+    from grader.checks import evaluate
+    from grader.checks.student import Student
+    from grader.course import default_mini_src
+    from grader.grading import answer_cells
+    from grader.sandbox import Sandbox, SandboxUnavailable
+    from grader.solutions import strip_package
+    from grader.workerproc import WorkerBackend
+    try:
+        box = Sandbox.detect()
+    except SandboxUnavailable as e:
+        pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
+    if not (tmp_path / "mini").exists():
+        strip_package(default_mini_src(), tmp_path / "mini", int(chapter[:2]))
+    nb = nbformat.read(str(notebook_of(chapter, notebook)), as_version=4)
+    cells = [dict(c) for c in answer_cells(nb, nb) if c["grade_id"] in grade_ids]
+    assert len(cells) == len(grade_ids), [c["grade_id"] for c in cells]
+    if replace is not None:
+        assert replace[0] in cells[-1]["source"], replace[0]
+        cells[-1]["source"] = cells[-1]["source"].replace(*replace)
+    with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240,
+                       cache_dir=tmp_path / "cache") as be:
+        be.begin_check()
+        return evaluate(slot, Student(be, slot, name))

@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 import subprocess
 
-import numpy as np
 import pytest
 
 from mini.napkin import cuda as napkin
 
-from helpers import SOURCES, displayed_widget_bundle, notebook_of, run_cells
+from helpers import SOURCES, displayed_widget_bundle, graded_in_sandbox, run_cells
 
 CUDA_SLOTS = ["04.cuda_add", "04.cuda_matmul_naive", "04.cuda_matmul_tiled",
               "04.cuda_block_sum_shared", "04.cuda_block_sum_shuffle", "04.cuda_transpose_tiled"]
@@ -177,37 +176,13 @@ def test_a_cuda_kernel_written_in_a_cell_is_graded_in_the_sandbox(tmp_path):
     chapter's student copy of mini: the kernel compiles there against the prebuilt emulator
     runtime and passes; a wrong kernel in the same cell fails with the mistake named and its
     line quoted."""
-    import nbformat
-    from grader.checks import evaluate
-    from grader.checks.student import Student
-    from grader.course import default_mini_src
-    from grader.grading import answer_cells
-    from grader.sandbox import Sandbox, SandboxUnavailable
-    from grader.solutions import strip_package
-    from grader.workerproc import WorkerBackend
-    try:
-        box = Sandbox.detect()
-    except SandboxUnavailable as e:
-        pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
-    strip_package(default_mini_src(), tmp_path / "mini", 4)
-    nb = nbformat.read(str(notebook_of("04_hardware", "cuda")), as_version=4)
-    cells = [c for c in answer_cells(nb, nb) if c["grade_id"] in ("04_cuda_setup", "04_cuda_add_code")]
-    assert len(cells) == 2
-    with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240,
-                       cache_dir=tmp_path / "cache") as be:
-        be.begin_check()
-        verdict = evaluate("04.cuda_add", Student(be, "04.cuda_add", "cuda_add"))
+    cells = ("04_cuda_setup", "04_cuda_add_code")
+    verdict = graded_in_sandbox(tmp_path, "04_hardware", "cuda", cells, "04.cuda_add", "cuda_add")
     assert verdict.passed, verdict.message
     # the runtime came prebuilt: nothing built it into the submission's cache
     assert not list((tmp_path / "cache").glob("mini_cuda_runtime_*/*.so"))
-    wrong = [dict(c) for c in cells]
-    wrong[1]["source"] = wrong[1]["source"].replace(
-        "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {",
-        "for (int i = blockIdx.x * blockDim.x + threadIdx.x; ; i += stride) {")
-    assert wrong[1]["source"] != cells[1]["source"]
-    with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=wrong, check_timeout=240,
-                       cache_dir=tmp_path / "cache") as be:
-        be.begin_check()
-        verdict = evaluate("04.cuda_add", Student(be, "04.cuda_add", "cuda_add"))
+    loop = "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {"
+    verdict = graded_in_sandbox(tmp_path, "04_hardware", "cuda", cells, "04.cuda_add", "cuda_add",
+                                replace=(loop, loop.replace("i < n; ", "; ")))
     assert not verdict.passed
     assert "missing bounds check" in verdict.message and "out[i] = a[i] + b[i];" in verdict.message

@@ -52,6 +52,7 @@ from mini.ndarray.memory import record_allocation
 __all__ = ["CudaBackend", "EmulatedDeviceWarning"]
 
 _F32 = np.dtype(np.float32)
+_INSTANCES: "weakref.WeakSet[CudaBackend]" = weakref.WeakSet()   # for owner_of
 _BINARY = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
 _UNARY = {"neg": 0, "exp": 1, "log": 2, "sqrt": 3, "sin": 4, "cos": 5, "tanh": 6, "abs": 7,
           "relu": 8, "sigmoid": 9}
@@ -87,6 +88,7 @@ class CudaBackend(NumpyBackend):
         self._lock = threading.Lock()
         self._stats = {"h2d_bytes": 0, "d2h_bytes": 0, "h2d_count": 0, "d2h_count": 0}
         self._raws: dict = {}       # address -> weak reference to the ctypes array of a buffer
+        _INSTANCES.add(self)
 
     # --- buffers ---------------------------------------------------------------------
     def empty(self, size: int, np_dtype) -> np.ndarray:
@@ -350,6 +352,18 @@ class CudaBackend(NumpyBackend):
         self._check(self.ext.launch_im2col(self._ptr(fx), self._ptr(out), n, c, h, w, kh, kw,
                                            stride[0], stride[1], padding[0], padding[1]), "im2col")
         return out
+
+
+def owner_of(*arrays) -> "CudaBackend":
+    """The cuda device whose buffers the first of ``arrays`` that is one lies in (a fast
+    path gets numpy views, not the device), else mini's cuda device."""
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            for be in list(_INSTANCES):
+                if be.owns(a):
+                    return be
+    from mini.backends import get_backend
+    return get_backend("cuda")
 
 
 _SLOT_FUNCTIONS = {"04.cuda_add": "cuda_add", "04.cuda_matmul_tiled": "cuda_matmul_tiled",

@@ -16,6 +16,7 @@ Everything is cached by a hash of the sources, the flags and the toolchain.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from mini.utils import cpp_extension as _cpp
 
-__all__ = ["EMULATOR_DIR", "gpu_available", "gpu_reason", "nvcc_path", "use_emulator",
+__all__ = ["EMULATOR_DIR", "gpu_available", "gpu_reason", "nvcc_path", "use_emulator", "emulated",
            "runtime_library", "BuildPlan", "plan_cuda_build", "CUDA_FILE", "EMULATE_ENV", "RUNTIME_DIR_ENV"]
 
 EMULATOR_DIR = Path(__file__).resolve().parent / "emulator"
@@ -95,6 +96,21 @@ def gpu_reason() -> str:
     if nvcc_path() is None:
         return "nvcc (the CUDA compiler) is not installed"
     return _driver_devices()[1]
+
+
+@contextlib.contextmanager
+def emulated(on: bool = True):
+    """Inside the block, CUDA sources are built for the emulator (``on``), or for nvcc where
+    a GPU can run them (``on=False``): ``MINI_CUDA_EMULATE`` set, and restored after."""
+    old = os.environ.get(EMULATE_ENV)
+    os.environ[EMULATE_ENV] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(EMULATE_ENV, None)
+        else:
+            os.environ[EMULATE_ENV] = old
 
 
 def use_emulator() -> bool:
@@ -234,7 +250,7 @@ def plan_cuda_build(name: str, cpp_sources: str, cuda_sources: str, bindings: st
                                       labels[CUDA_FILE][e.line - 1] if 0 < e.line <= len(labels[CUDA_FILE]) else "",
                                       True, CUDA_FILE)
             raise _cpp.CompileError(name, [issue], str(e), []) from None
-        source = (preamble + f'#include "mini_cuda_emulator.h"\n'
+        source = (preamble + '#include "mini_cuda_emulator.h"\n'
                   + f'#line 1 "{_cpp.CELL_FILE}"\n' + cpp_sources + "\n"
                   + f'#line 1 "{CUDA_FILE}"\n' + kernels + "\n"
                   + '#line 1 "<bindings>"\n' + bindings)

@@ -144,16 +144,8 @@ def load(names=EXERCISES, replace: dict[str, str] | None = None, backend: bool =
         functions += defined_functions(source("backend"), BACKEND_FUNCTIONS)
     if emulate is not None:
         from mini.backends.cuda import build
-        import os
-        old = os.environ.get(build.EMULATE_ENV)
-        os.environ[build.EMULATE_ENV] = "1" if emulate else "0"
-        try:
+        with build.emulated(emulate):
             return load_inline(name, "", cuda_sources=src, functions=functions, sanitize=sanitize)
-        finally:
-            if old is None:
-                os.environ.pop(build.EMULATE_ENV, None)
-            else:
-                os.environ[build.EMULATE_ENV] = old
     return load_inline(name, "", cuda_sources=src, functions=functions, sanitize=sanitize)
 
 
