@@ -10,8 +10,6 @@ emulator, also on a machine with a GPU: the sanitizer and the counters are the e
 """
 from __future__ import annotations
 
-import os
-
 _LAUNCH_FIELDS = ("launch", "kernel", "grid", "block", "error", "line", "counters")
 _REPORT_FIELDS = ("kind", "what", "space", "kernel", "launch", "allocation", "allocation_bytes",
                   "index", "count", "detail", "message", "line")
@@ -29,9 +27,10 @@ def cuda_run(impl, *, args: list, kwargs: dict | None = None, schedules: int = 2
     """``impl(*args, **kwargs)`` on the emulator under ``schedules`` thread orders: what it
     returned (``value``) or raised (``raised``), the reports, the launches, and the source
     lines of the modules the reports name (``sources``: module -> lines of ``<cuda>``)."""
-    os.environ["MINI_CUDA_EMULATE"] = "1"       # before the student's load_inline plans a build
-    from mini.backends.cuda import emulator
-    with emulator.check(schedules=int(schedules)) as run:
+    from mini.backends.cuda import build, emulator
+    # the emulator builds the student's module (load_inline plans it at the call), also where
+    # a GPU is present; the process's setting comes back after (a notebook's own kernel)
+    with build.emulated(), emulator.check(schedules=int(schedules)) as run:
         try:
             value, raised = impl(*args, **(kwargs or {})), None
         except NotImplementedError:
