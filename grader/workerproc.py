@@ -14,6 +14,7 @@ budget (:meth:`WorkerBackend.begin_check`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import select
 import shutil
@@ -223,9 +224,10 @@ def cuda_runtime_binds(box: Sandbox) -> tuple[dict, dict]:
     return {runtime.parent: inside}, {"MINI_CUDA_RUNTIME_DIR": where}
 
 
+@functools.lru_cache(maxsize=1)
 def _cuda_runtime():
     """The emulator's runtime library built for this machine (built on first use, ~15 s,
-    then cached), or None where it cannot be built."""
+    then cached on disk), or None where it cannot be built (asked once per process)."""
     if os.name != "posix":
         return None
     try:
@@ -243,6 +245,9 @@ class WorkerBackend(Backend):
                  limits: Limits = Limits(), check_timeout: float = 60.0,
                  cache_dir: Path | None = None):
         self.worker = WorkerProcess(sandbox, mini_dir=mini_dir, limits=limits, cache_dir=cache_dir)
+        # the CUDA emulator's runtime, found or built now (seconds; minutes on a loaded
+        # machine the first time), so that no check's time budget pays for it
+        _cuda_runtime()
         self.cells = list(cells)
         self.check_timeout = float(check_timeout)
         self.deadline: float | None = None
