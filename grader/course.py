@@ -539,12 +539,29 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
     outside its solution regions (``mini/notebook.py`` defines a ``run_check`` for students).
     """
     import nbformat
-    from grader.solutions import BEGIN, END, _all_regions, notebook_regions
+    from grader.solutions import BEGIN, END, _all_regions, cpp_regions, notebook_regions
 
     secret, allowed, mini_lines = set(), set(), set()
     for r in _all_regions(mini_src):
         if int(r.slot_id[:2]) >= chapter:
             secret.update(l.strip() for l in r.text.splitlines())
+    # C++/CUDA regions (// BEGIN SOLUTION NN.name): mini's kernels that would give an answer
+    # away; the rest of those files ships and may repeat a line
+    cpp = cpp_regions(mini_src)
+    for r in cpp:
+        if int(r.slot_id[:2]) >= chapter:
+            secret.update(l.strip() for l in r.text.splitlines())
+    for path in sorted({r.path for r in cpp} | set(_cpp_files_of(mini_src))):
+        lines = path.read_text().splitlines()
+        inside = False
+        for line in lines:
+            s = line.strip()
+            if s.startswith("// BEGIN SOLUTION"):
+                inside = True
+            elif s == "// END SOLUTION":
+                inside = False
+            elif not inside:
+                allowed.add(s)
     for p in mini_src.rglob("*.py"):
         if "__pycache__" in p.parts:
             continue
@@ -599,6 +616,11 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
             if "BEGIN HIDDEN TESTS" in s or hidden_call or (s in secret):
                 leaks.append((rel, n, s))
     return leaks
+
+
+def _cpp_files_of(mini_src: Path):
+    from grader.solutions import CPP_SUFFIXES
+    return [p for p in Path(mini_src).rglob("*") if p.suffix in CPP_SUFFIXES and p.is_file()]
 
 
 # --------------------------------------------------------------------------- import

@@ -413,7 +413,8 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], cuda_sources: str |
     if cuda_sources is not None:
         from mini.backends.cuda.build import plan_cuda_build   # lazy: only CUDA builds need it
         plan = plan_cuda_build(name, cpp_sources, cuda_sources, _bindings("{module}", funcs),
-                               cflags, cuda_cflags, ldflags, sanitize=bool(sanitize))
+                               cflags, cuda_cflags, ldflags, sanitize=bool(sanitize),
+                               functions=list(funcs))
 
     # (the OpenMP flags are part of the key: a build made before libomp was installed is
     # not reused once OpenMP works)
@@ -451,9 +452,13 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], cuda_sources: str |
     if plan is not None and plan.runtime is not None:
         from mini.backends.cuda import emulator   # the runtime is loaded before the module
         emulator.library()
-    spec = importlib.util.spec_from_file_location(modname, target)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    if plan is not None and plan.binding == "plain":
+        from mini.backends.cuda import plain   # functions of plain numbers, bound with ctypes
+        mod = plain.load_module(modname, target, plan.signatures, funcs)
+    else:
+        spec = importlib.util.spec_from_file_location(modname, target)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
     if plan is not None:
         from mini.backends.cuda.emulator import wrap_module
         mod = wrap_module(mod, plan, target)

@@ -36,7 +36,6 @@ BASELINE = Path(__file__).with_name("conversion_baseline.json")
 # old course/build_chNN_*.py scripts wrote), and why.  Ids and nbgrader metadata never
 # differ; every other cell's text is the same to the letter.
 SETUP = "the setup cell imports the shared helpers from mini.notebook instead of defining them"
-ARRAY_CHECKS = "visible checks call mini.notebook's expect_array_close (numpy results, dtype checked)"
 INTENDED: dict[str, dict[str, str]] = {}   # empty since the last --record
 
 
