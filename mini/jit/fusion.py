@@ -1,0 +1,409 @@
+"""Fusion: one C++ kernel for each chain of elementwise ops in a graph.
+
+Run one by one, a chain of k elementwise ops on N elements of b bytes reads and writes
+memory k times: 2·k·N·b bytes.  One kernel that computes the whole chain for element i
+before moving on keeps the intermediate values in registers: it reads its inputs once and
+writes one result, 2·N·b bytes for a chain with one input, and it is one call instead of k.
+
+- :func:`find_chains` (exercise ``01.find_chains``) finds the chains in a graph;
+- :func:`kernel_body` (exercise ``01.kernel_body``) writes the C++ that computes one chain
+  for element ``i``;
+- :func:`kernel_source` wraps that body in a complete extension (a loop over the elements,
+  parallel with OpenMP, and the CPython glue), :func:`build_kernel` compiles it with
+  :func:`mini.utils.cpp_extension.load_inline`, and :func:`fuse` returns a new graph in
+  which each chain is one node.
+
+Generated kernels are compiled without pybind11 (``load_inline(..., pybind11=False)``, a
+fraction of a second instead of several) and with ``-ffp-contract=off``, so that ``a * b + c``
+rounds twice, as eager mode's two kernels do: a fused chain of additions, subtractions,
+multiplications, divisions and maxima gives the same bits as eager.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mini.exercises import exercise
+from mini.jit.graph import VIEW_OPS, Graph, Node, Ref, map_refs, refs_in
+
+__all__ = ["ELEMENTWISE_OPS", "CPP_OPS", "find_chains", "kernel_body", "kernel_source",
+           "build_kernel", "fuse", "traffic", "FusedKernel", "FusionError"]
+
+#: The C++ expression of each elementwise op that a fused kernel can compute, with its
+#: operands as {0} and {1} (each operand is a variable name or a constant).  They compute
+#: what mini's cpu kernels compute (maximum and relu keep NaN, as numpy does).
+CPP_OPS = {
+    "Add": "{0} + {1}",
+    "Sub": "{0} - {1}",
+    "Mul": "{0} * {1}",
+    "Div": "{0} / {1}",
+    "Maximum": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+    "Neg": "-{0}",
+    "Exp": "std::exp({0})",
+    "Log": "std::log({0})",
+    "Sqrt": "std::sqrt({0})",
+    "Sin": "std::sin({0})",
+    "Cos": "std::cos({0})",
+    "Tanh": "std::tanh({0})",
+    "Abs": "std::abs({0})",
+    "Relu": "(({0} > 0 || {0} != {0}) ? {0} : 0)",
+    "Sigmoid": "({0} >= 0 ? 1 / (1 + std::exp(-{0})) : std::exp({0}) / (1 + std::exp({0})))",
+}
+#: The ops a chain may contain.
+ELEMENTWISE_OPS = frozenset(CPP_OPS)
+CTYPES = {"float32": "float", "float64": "double"}
+
+
+class FusionError(ValueError):
+    """A chain cannot be fused as given (the message names the chain and the reason)."""
+
+
+@exercise("01.find_chains")
+def find_chains(graph):
+    """The chains of ``graph`` that one fused kernel can compute, as a list of chains, each
+    a list of node indices in increasing order; every chain has at least 2 nodes and no node
+    is in two chains.
+
+    A chain ``[c0, c1, ..., ck]`` (not necessarily neighbours in ``graph.nodes``) is such
+    that
+
+    - every node is elementwise (``node.op in ELEMENTWISE_OPS``) on float32 or float64, and
+      its result and every tensor argument have the shape and dtype of ``c0``'s result (no
+      broadcasting); its other arguments are Python numbers (ints or floats);
+    - each node after ``c0`` reads the result of the node before it;
+    - the result of each node but the last is read by exactly one node, the next one in
+      the chain, and is not in ``graph.outputs``: nothing else needs it, so it never has to
+      be stored in memory.
+
+    Chains are as long as these rules allow: walk the nodes in order, start a chain at each
+    elementwise node that is in no chain yet, and extend it while the rules hold.
+    ``graph.users()`` maps each Ref to the indices of the nodes that read it.
+    """
+    ### BEGIN SOLUTION
+    users = graph.users()
+    outputs = set(graph.outputs)
+
+    def fits(i, kind):
+        node = graph.nodes[i]
+        if node.op not in ELEMENTWISE_OPS or node.meta is None or node.kwargs:
+            return False
+        if (node.meta.shape, node.meta.dtype) != kind or kind[1] not in ("float32", "float64"):
+            return False
+        for a in node.args:
+            if isinstance(a, Ref):
+                m = graph.meta(a)
+                if m is None or (m.shape, m.dtype) != kind:
+                    return False
+            elif type(a) not in (int, float):
+                return False
+        return True
+
+    chains, taken = [], set()
+    for i, node in enumerate(graph.nodes):
+        if i in taken or node.meta is None:
+            continue
+        kind = (node.meta.shape, node.meta.dtype)
+        if not fits(i, kind):
+            continue
+        chain = [i]
+        while True:
+            last = Ref("node", chain[-1])
+            readers = users.get(last, [])
+            if last in outputs or len(readers) != 1:
+                break
+            j = readers[0]
+            if j in taken or not fits(j, kind):
+                break
+            chain.append(j)
+        if len(chain) >= 2:
+            chains.append(chain)
+            taken.update(chain)
+    return chains
+    ### END SOLUTION
+
+
+@exercise("01.kernel_body")
+def kernel_body(graph, chain):
+    """The C++ statements that compute the chain ``chain`` of ``graph`` (node indices, as
+    :func:`find_chains` returns them) for one element ``i``.  Returns ``(body, inputs)``.
+
+    - ``inputs``: the Refs of the values the chain reads from outside itself (graph inputs,
+      captured tensors, results of nodes not in the chain), each listed once, in the order
+      the chain first reads them.  The kernel receives them as the arrays ``in0``, ``in1``,
+      ... (``const T*``, where ``T`` is ``float`` for float32 and ``double`` for float64)
+      and writes its result to ``out`` (``T*``).
+    - ``body``: C++ statements for element ``i``.  Compute each node of the chain in order,
+      with ``CPP_OPS[node.op]`` giving its expression; write Python numbers as constants of
+      type ``T`` (a float32 chain computes ``x * 0.1`` as ``x * float(0.1)``, as eager does);
+      end with one statement that stores the last node's value in ``out[i]``.  ``out`` may
+      be the very buffer of an input (mini reuses the buffer of a value that is not needed
+      after this kernel), so read ``out`` never, and read every input before that store.
+    """
+    ### BEGIN SOLUTION
+    ctype = CTYPES[graph.nodes[chain[0]].meta.dtype]
+    inputs, names, lines = [], {}, []
+
+    def operand(a):
+        if not isinstance(a, Ref):
+            return f"static_cast<{ctype}>({_cpp_number(a)})"
+        if a not in names:
+            k = len(inputs)
+            inputs.append(a)
+            names[a] = f"a{k}"
+            lines.append(f"const {ctype} a{k} = in{k}[i];")
+        return names[a]
+
+    for i in chain:
+        node = graph.nodes[i]
+        expr = CPP_OPS[node.op].format(*[operand(a) for a in node.args])
+        lines.append(f"const {ctype} v{i} = {expr};")
+        names[Ref("node", i)] = f"v{i}"
+    lines.append(f"out[i] = v{chain[-1]};")
+    return "\n".join(lines), inputs
+    ### END SOLUTION
+
+
+def _cpp_number(x) -> str:
+    """A C++ literal for a Python number (a double literal that round-trips exactly)."""
+    x = float(x)
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "-INFINITY"
+    return repr(x)
+
+
+# --------------------------------------------------------------------------- building
+
+def kernel_source(body: str, n_inputs: int, ctype: str) -> str:
+    """A complete CPython extension (for ``load_inline(..., pybind11=False)``) whose
+    function ``kernel(in0, ..., in{n-1}, out)`` runs ``body`` for every element ``i`` of
+    ``out`` (C-contiguous arrays of ``ctype``, all of the same length), in parallel with
+    OpenMP for large arrays."""
+    ins = ", ".join(f"const {ctype}* __restrict in{k}" for k in range(n_inputs))
+    params = (ins + ", " if ins else "") + f"{ctype}* out, int64_t n"
+    call = ", ".join([f"(const {ctype}*)views[{k}].buf" for k in range(n_inputs)]
+                     + [f"({ctype}*)views[{n_inputs}].buf", "n"])
+    indented = "\n".join("        " + line for line in body.splitlines())
+    return f"""\
+static void loop({params}) {{
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {{
+{indented}
+    }}
+}}
+
+static void release(Py_buffer* views, int count) {{
+    for (int k = 0; k < count; ++k) PyBuffer_Release(&views[k]);
+}}
+
+static PyObject* kernel(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {{
+    const int count = {n_inputs + 1};
+    if (nargs != count) {{
+        PyErr_Format(PyExc_TypeError, "fused kernel: expected %d arrays (inputs, then out), "
+                     "got %zd", count, nargs);
+        return NULL;
+    }}
+    Py_buffer views[{n_inputs + 1}];
+    for (int k = 0; k < count; ++k) {{
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (k == count - 1 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[k], &views[k], flags) != 0) {{ release(views, k); return NULL; }}
+        if (views[k].itemsize != (Py_ssize_t)sizeof({ctype}) || views[k].len != views[0].len) {{
+            release(views, k + 1);
+            PyErr_Format(PyExc_ValueError, "fused kernel: array %d has %zd bytes of %zd-byte "
+                         "items; expected %zd bytes of {ctype}", k, views[k].len,
+                         views[k].itemsize, views[0].len);
+            return NULL;
+        }}
+    }}
+    const int64_t n = (int64_t)(views[count - 1].len / (Py_ssize_t)sizeof({ctype}));
+    Py_BEGIN_ALLOW_THREADS
+    loop({call});
+    Py_END_ALLOW_THREADS
+    release(views, count);
+    Py_RETURN_NONE;
+}}
+
+static PyMethodDef methods[] = {{
+    {{"kernel", (PyCFunction)(void (*)(void))kernel, METH_FASTCALL, "a fused elementwise kernel"}},
+    {{NULL, NULL, 0, NULL}}}};
+static struct PyModuleDef definition = {{PyModuleDef_HEAD_INIT, MINI_MODULE_NAME, NULL, -1, methods}};
+PyMODINIT_FUNC MINI_MODULE_INIT(void) {{ return PyModule_Create(&definition); }}
+"""
+
+
+class FusedKernel:
+    """The kernel of a fused node: ``kernel(*inputs) -> out`` for numpy arrays of one shape.
+    ``donate``: the position of an input whose buffer the result may overwrite (None: a new
+    buffer); ``source`` and ``body``: the generated C++."""
+
+    def __init__(self, module, shape, dtype, n_inputs, donate, body, source, ops):
+        self._call = module.kernel
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = math.prod(self.shape)
+        self.n_inputs, self.donate = n_inputs, donate
+        self.body, self.source, self.ops = body, source, tuple(ops)
+        self.__name__ = "fused_" + "_".join(o.lower() for o in ops)
+
+    def __call__(self, *arrays):
+        arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+        if self.donate is not None:
+            out = arrays[self.donate]
+        else:
+            from mini.backends.numpy_backend import aligned_empty
+            out = aligned_empty(self.size, self.dtype)
+        self._call(*arrays, out)
+        return out.reshape(self.shape)
+
+    def __repr__(self):
+        return f"<fused kernel {'+'.join(self.ops)}: {self.n_inputs} inputs>"
+
+
+def build_kernel(graph: Graph, chain: list, donate: Ref | None = None, name: str | None = None,
+                 build_directory=None) -> tuple[FusedKernel, list]:
+    """Generate (``01.kernel_body``), compile and load the kernel of one chain; returns the
+    kernel and the Refs of its inputs."""
+    from mini.utils.cpp_extension import load_inline
+    body, inputs = kernel_body(graph, chain)
+    meta = graph.nodes[chain[-1]].meta
+    ctype = CTYPES[meta.dtype]
+    source = kernel_source(body, len(inputs), ctype)
+    ops = [graph.nodes[i].op for i in chain]
+    module = load_inline(name or "mini_fused_" + "_".join(o.lower() for o in ops)[:60], source,
+                         extra_cflags=["-ffp-contract=off"], pybind11=False,
+                         build_directory=build_directory)
+    position = None if donate is None or donate not in inputs else inputs.index(donate)
+    return FusedKernel(module, meta.shape, meta.dtype, len(inputs), position, body, source,
+                       ops), list(inputs)
+
+
+# --------------------------------------------------------------------------- the pass
+
+def fuse(graph: Graph, build_directory=None) -> Graph:
+    """A new graph in which each chain of :func:`find_chains` is one node running its fused
+    kernel (``node.op`` is "Fused(Mul,Add,...)"); the other nodes keep their kernels.
+    Raises :class:`FusionError` for a chain that breaks the rules (so a wrong chain never
+    computes a wrong value)."""
+    chains = find_chains(graph)
+    _validate(graph, chains)
+    last_of = {c[-1]: c for c in chains}
+    inside = {i for c in chains for i in c[:-1]}
+    new = Graph()
+    new.inputs, new.captured, new.captured_meta = list(graph.inputs), graph.captured, \
+        list(graph.captured_meta)
+    moved: dict = {}
+
+    def remap(r: Ref) -> Ref:
+        return moved.get(r, r) if r.kind == "node" else r
+
+    users = graph.users()
+    for i, node in enumerate(graph.nodes):
+        if i in inside:
+            continue
+        if i in last_of:
+            chain = last_of[i]
+            donor = _donor(graph, chain, users)
+            kernel, inputs = build_kernel(graph, chain, donor, build_directory=build_directory)
+            fused = Node("Fused(" + ",".join(graph.nodes[j].op for j in chain) + ")", None,
+                         tuple(remap(r) for r in inputs), {}, node.meta, kernel=kernel)
+            fused.chain = list(chain)
+            new.nodes.append(fused)
+        else:
+            copy = Node(node.op, node.target, map_refs(node.args, remap),
+                        map_refs(node.kwargs, remap), node.meta, node.value, node.kernel)
+            new.nodes.append(copy)
+        moved[Ref("node", i)] = Ref("node", len(new.nodes) - 1)
+    new.outputs = [remap(r) for r in graph.outputs]
+    return new
+
+
+def _validate(graph: Graph, chains) -> None:
+    """The rules of find_chains, checked again before anything is compiled."""
+    users = graph.users()
+    outputs = set(graph.outputs)
+    seen: set = set()
+    for chain in chains:
+        what = f"01.find_chains returned the chain {list(chain)}"
+        if not isinstance(chain, (list, tuple)) or len(chain) < 2 \
+                or any(type(i) is not int or not 0 <= i < len(graph.nodes) for i in chain):
+            raise FusionError(f"{what}: a chain is a list of at least 2 node indices")
+        if list(chain) != sorted(set(chain)) or seen & set(chain):
+            raise FusionError(f"{what}: indices must increase and no node may be in two chains")
+        seen |= set(chain)
+        first = graph.nodes[chain[0]].meta
+        for j in chain:
+            node = graph.nodes[j]
+            if node.op not in ELEMENTWISE_OPS or node.meta is None:
+                raise FusionError(f"{what}: node {j} ({node.op}) is not an elementwise op a "
+                                  f"kernel can compute (a reduction, a view, a guard...)")
+            if (node.meta.shape, node.meta.dtype) != (first.shape, first.dtype):
+                raise FusionError(f"{what}: node {j} makes {node.meta!r}, the chain {first!r}")
+            for a in refs_in(node.args):
+                m = graph.meta(a)
+                if m is None or (m.shape, m.dtype) != (first.shape, first.dtype):
+                    raise FusionError(f"{what}: node {j} reads {a!r} of another shape or dtype "
+                                      f"(a broadcast), which a one-index kernel cannot read")
+        for j, k in zip(chain, chain[1:]):
+            r = Ref("node", j)
+            if r in outputs or users.get(r, []) != [k]:
+                raise FusionError(f"{what}: the result of node {j} is needed outside the chain "
+                                  f"(read by nodes {users.get(r, [])}"
+                                  f"{', and returned' if r in outputs else ''})")
+        for m in range(chain[0] + 1, chain[-1]):
+            if m not in chain and graph.nodes[m].inplace:
+                raise FusionError(f"{what}: node {m} ({graph.nodes[m].op}) writes in place "
+                                  f"between the chain's nodes")
+
+
+def _donor(graph: Graph, chain: list, users: dict) -> Ref | None:
+    """An input of the chain whose buffer the kernel may overwrite: a fresh result of an
+    elementwise node (no view of it exists), of the output's shape and dtype, not returned,
+    and read by no node after this chain."""
+    meta = graph.nodes[chain[-1]].meta
+    outputs = set(graph.outputs)
+    for a in _chain_inputs(graph, chain):
+        if a.kind != "node" or a in outputs:
+            continue
+        producer = graph.nodes[a.index]
+        if producer.op not in ELEMENTWISE_OPS and not producer.op.startswith("Fused("):
+            continue
+        if producer.meta is None or (producer.meta.shape, producer.meta.dtype) != \
+                (meta.shape, meta.dtype):
+            continue
+        readers = users.get(a, [])
+        if any(r > chain[-1] for r in readers) or any(graph.nodes[r].op in VIEW_OPS or
+                                                      graph.nodes[r].inplace for r in readers):
+            continue
+        return a
+    return None
+
+
+def _chain_inputs(graph: Graph, chain: list) -> list:
+    members = {Ref("node", i) for i in chain}
+    out = []
+    for i in chain:
+        for a in refs_in(graph.nodes[i].args):
+            if a not in members and a not in out:
+                out.append(a)
+    return out
+
+
+# --------------------------------------------------------------------------- traffic
+
+def traffic(graph: Graph) -> dict:
+    """Bytes each node's kernel reads and writes, added up over the graph (from the tensors'
+    shapes and dtypes): ``{"read": ..., "written": ..., "kernels": ...}``.  A view moves no
+    bytes; a guard reads its input."""
+    read = written = kernels = 0
+    for node in graph.nodes:
+        if node.op in VIEW_OPS:
+            continue
+        kernels += 1
+        for a in dict.fromkeys(refs_in((node.args, node.kwargs))):
+            m = graph.meta(a)
+            if m is not None:
+                read += math.prod(m.shape) * np.dtype(m.dtype).itemsize
+        if node.meta is not None:
+            written += math.prod(node.meta.shape) * np.dtype(node.meta.dtype).itemsize
+    return {"read": read, "written": written, "total": read + written, "kernels": kernels}
