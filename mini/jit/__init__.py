@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from mini.jit.graph import Graph, Node, Ref, TensorMeta, map_refs
 from mini.jit.tracer import TraceError, TracerWarning, capture, guard_key, python_constants, record_op
-from mini.jit.replay import GuardFailed, replay
+from mini.jit.replay import GuardFailed, compile_replay, replay
 from mini.jit.compiled import TracedFunction
 
 __all__ = ["trace", "compile", "capture_graph", "Graph", "Node", "Ref", "TensorMeta",
@@ -74,8 +74,8 @@ def run_graph(graph: Graph, *inputs):
     for i, t in enumerate(graph.captured):
         env[Ref("captured", i)] = as_array(t)
     values = replay(graph, env)
-    outs = tuple(as_tensor(v, graph.meta(r).device) if graph.meta(r) is not None else v
-                 for r, v in zip(graph.outputs, values))
+    outs = tuple(as_tensor(v, graph.meta(r).device, graph.meta(r).shape)
+                 if graph.meta(r) is not None else v for r, v in zip(graph.outputs, values))
     return outs[0] if len(outs) == 1 else outs
 
 
@@ -85,4 +85,4 @@ def traffic(graph: Graph) -> dict:
     return _traffic(graph)
 
 
-__all__ += ["run_graph"]
+__all__ += ["run_graph", "compile_replay"]

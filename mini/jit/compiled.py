@@ -126,7 +126,8 @@ class Entry:
             if owner.kind == "captured":
                 return g.captured[owner.index]
             if ref not in made:        # one tensor per value, as eager returns one object
-                made[ref] = as_tensor(values[slot.index], g.nodes[ref.index].meta.device)
+                meta = g.nodes[ref.index].meta
+                made[ref] = as_tensor(values[slot.index], meta.device, meta.shape)
             return made[ref]
         return map_refs(self.structure, make)
 

@@ -27,7 +27,7 @@ import numpy as np
 from mini.exercises import exercise
 from mini.jit.graph import VIEW_OPS, Graph, Node, Ref, map_refs, refs_in
 
-__all__ = ["ELEMENTWISE_OPS", "CPP_OPS", "find_chains", "kernel_body", "kernel_source",
+__all__ = ["ELEMENTWISE_OPS", "CPP_OPS", "CTYPES", "cpp_number", "find_chains", "kernel_body", "kernel_source",
            "build_kernel", "fuse", "traffic", "FusedKernel", "FusionError"]
 
 #: The C++ expression of each elementwise op that a fused kernel can compute, with its
@@ -52,6 +52,7 @@ CPP_OPS = {
 }
 #: The ops a chain may contain.
 ELEMENTWISE_OPS = frozenset(CPP_OPS)
+#: The C++ type of each dtype a kernel computes in.
 CTYPES = {"float32": "float", "float64": "double"}
 
 
@@ -135,7 +136,8 @@ def kernel_body(graph, chain):
       and writes its result to ``out`` (``T*``).
     - ``body``: C++ statements for element ``i``.  Compute each node of the chain in order,
       with ``CPP_OPS[node.op]`` giving its expression; write Python numbers as constants of
-      type ``T`` (a float32 chain computes ``x * 0.1`` as ``x * float(0.1)``, as eager does);
+      type ``T`` (a float32 chain computes ``x * 0.1`` as ``x * float(0.1)``, as eager does;
+      ``cpp_number(0.1)`` writes the number as C++ reads it back exactly);
       end with one statement that stores the last node's value in ``out[i]``.  ``out`` may
       be the very buffer of an input (mini reuses the buffer of a value that is not needed
       after this kernel), so read ``out`` never, and read every input before that store.
@@ -146,7 +148,7 @@ def kernel_body(graph, chain):
 
     def operand(a):
         if not isinstance(a, Ref):
-            return f"static_cast<{ctype}>({_cpp_number(a)})"
+            return f"static_cast<{ctype}>({cpp_number(a)})"
         if a not in names:
             k = len(inputs)
             inputs.append(a)
@@ -164,8 +166,9 @@ def kernel_body(graph, chain):
     ### END SOLUTION
 
 
-def _cpp_number(x) -> str:
-    """A C++ literal for a Python number (a double literal that round-trips exactly)."""
+def cpp_number(x) -> str:
+    """A Python number as a C++ double literal that reads back exactly (``0.1`` -> ``0.1``,
+    ``2`` -> ``2.0``, infinities and NaN by name)."""
     x = float(x)
     if math.isnan(x):
         return "NAN"

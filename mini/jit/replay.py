@@ -14,7 +14,7 @@ from __future__ import annotations
 from mini.exercises import exercise, fast_path
 from mini.jit.graph import Graph, Ref, map_refs
 
-__all__ = ["replay", "GuardFailed", "generate_source"]
+__all__ = ["replay", "GuardFailed", "generate_source", "compile_replay"]
 
 
 class GuardFailed(Exception):
@@ -64,10 +64,20 @@ def replay(graph, env):
 @fast_path("01.replay")
 def _compiled_replay(graph, env):
     """The reference's walk, unrolled into Python source once per graph."""
-    run = getattr(graph, "_compiled_replay", None)
+    return compile_replay(graph)(env)
+
+
+def compile_replay(graph: Graph):
+    """``replay(env)`` for this graph: :func:`generate_source`'s code, compiled (once per
+    graph: it is kept on the graph as ``graph.replay_function``)."""
+    run = getattr(graph, "replay_function", None)
     if run is None:
-        run = graph._compiled_replay = _compile(graph)
-    return run(env)
+        source, ns = generate_source(graph)
+        code = compile(source, f"<mini.jit replay of {len(graph.nodes)} nodes>", "exec")
+        exec(code, ns)
+        run = graph.replay_function = ns["replay"]
+        run.source = source
+    return run
 
 
 def generate_source(graph: Graph) -> tuple[str, dict]:
@@ -145,10 +155,3 @@ def _count_allocations(count: int, nbytes: int) -> None:
     for stats in _ACTIVE:
         stats.count += count
         stats.bytes += nbytes
-
-
-def _compile(graph: Graph):
-    source, ns = generate_source(graph)
-    code = compile(source, f"<mini.jit replay of {len(graph.nodes)} nodes>", "exec")
-    exec(code, ns)
-    return ns["replay"]
