@@ -27,18 +27,21 @@ import numpy as np
 from mini.exercises import exercise
 from mini.jit.graph import VIEW_OPS, Graph, Node, Ref, map_refs, refs_in
 
-__all__ = ["ELEMENTWISE_OPS", "CPP_OPS", "CTYPES", "cpp_number", "find_chains", "kernel_body", "kernel_source",
-           "build_kernel", "fuse", "traffic", "FusedKernel", "FusionError"]
+__all__ = ["ELEMENTWISE_OPS", "CPP_OPS", "CTYPES", "cpp_number", "find_chains", "kernel_body",
+           "kernel_source", "load_kernel", "build_kernel", "fuse", "traffic", "FusedKernel",
+           "FusionError", "vector_math"]
 
 #: The C++ expression of each elementwise op that a fused kernel can compute, with its
 #: operands as {0} and {1} (each operand is a variable name or a constant).  They compute
-#: what mini's cpu kernels compute (maximum and relu keep NaN, as numpy does).
+#: what mini's cpu kernels compute, bit for bit for the exactly rounded ones (maximum and
+#: relu keep NaN, as numpy does, and relu(-0.0) is +0.0), and they have no branches, so the
+#: loop around them vectorises (`|` where `||` would branch).
 CPP_OPS = {
     "Add": "{0} + {1}",
     "Sub": "{0} - {1}",
     "Mul": "{0} * {1}",
     "Div": "{0} / {1}",
-    "Maximum": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+    "Maximum": "((({0} > {1}) | ({0} != {0})) ? {0} : {1})",
     "Neg": "-{0}",
     "Exp": "std::exp({0})",
     "Log": "std::log({0})",
@@ -47,8 +50,8 @@ CPP_OPS = {
     "Cos": "std::cos({0})",
     "Tanh": "std::tanh({0})",
     "Abs": "std::abs({0})",
-    "Relu": "(({0} > 0 || {0} != {0}) ? {0} : 0)",
-    "Sigmoid": "({0} >= 0 ? 1 / (1 + std::exp(-{0})) : std::exp({0}) / (1 + std::exp({0})))",
+    "Relu": "({0} <= 0 ? 0 : {0})",
+    "Sigmoid": "mini_sigmoid({0})",
 }
 #: The ops a chain may contain.
 ELEMENTWISE_OPS = frozenset(CPP_OPS)
@@ -179,21 +182,72 @@ def cpp_number(x) -> str:
 
 # --------------------------------------------------------------------------- building
 
+# With glibc's vector math library (libmvec: x86-64 Linux, GCC), the loop's calls to exp, log,
+# sin, cos and tanh become calls to their SIMD versions, four floats at a time, about as
+# accurate as the scalar ones (tanhf: 1 ulp).  The declarations below tell the compiler
+# those versions exist; nothing else about the loop changes.
+_VECTOR_MATH = """\
+#ifdef MINI_VECTOR_MATH
+extern "C" {
+#define MINI_SIMD __attribute__((__simd__("notinbranch")))
+float expf(float) MINI_SIMD; double exp(double) MINI_SIMD;
+float logf(float) MINI_SIMD; double log(double) MINI_SIMD;
+float sinf(float) MINI_SIMD; double sin(double) MINI_SIMD;
+float cosf(float) MINI_SIMD; double cos(double) MINI_SIMD;
+float tanhf(float) MINI_SIMD; double tanh(double) MINI_SIMD;
+}
+#endif
+template <typename T> static inline T mini_sigmoid(T x) {   // stable: exp of -|x| only
+    const T e = std::exp(-std::abs(x));
+    return (x >= 0 ? T(1) : e) / (T(1) + e);
+}
+"""
+
+
+def vector_math() -> bool:
+    """Whether generated kernels can use libmvec (see above)."""
+    if _VECTOR_MATH_OK:
+        return _VECTOR_MATH_OK[0]
+    import ctypes.util
+    import platform
+    import sys
+    from mini.utils.cpp_extension import _compiler_id, compiler
+    ok = False
+    try:
+        ok = (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+              and ctypes.util.find_library("mvec") is not None
+              and "clang" not in _compiler_id(compiler()).lower())
+    except Exception:  # noqa: BLE001 - no compiler: nothing will be built anyway
+        ok = False
+    _VECTOR_MATH_OK.append(ok)
+    return ok
+
+
+_VECTOR_MATH_OK: list = []
+
+
 def kernel_source(body: str, n_inputs: int, ctype: str) -> str:
     """A complete CPython extension (for ``load_inline(..., pybind11=False)``) whose
     function ``kernel(in0, ..., in{n-1}, out)`` runs ``body`` for every element ``i`` of
-    ``out`` (C-contiguous arrays of ``ctype``, all of the same length), in parallel with
-    OpenMP for large arrays."""
+    ``out`` (C-contiguous arrays of ``ctype``, all of the same length), vectorised, and in
+    parallel with OpenMP for large arrays."""
     ins = ", ".join(f"const {ctype}* __restrict in{k}" for k in range(n_inputs))
     params = (ins + ", " if ins else "") + f"{ctype}* out, int64_t n"
     call = ", ".join([f"(const {ctype}*)views[{k}].buf" for k in range(n_inputs)]
                      + [f"({ctype}*)views[{n_inputs}].buf", "n"])
-    indented = "\n".join("        " + line for line in body.splitlines())
-    return f"""\
+    indented = "\n".join("            " + line for line in body.splitlines())
+    return _VECTOR_MATH + f"""\
 static void loop({params}) {{
-    #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {{
+    if (n > 65536) {{        // large: threads, each on a vectorised chunk
+        #pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; ++i) {{
 {indented}
+        }}
+    }} else {{               // small: one thread, vectorised (an if() clause would not be)
+        #pragma omp simd
+        for (int64_t i = 0; i < n; ++i) {{
+{indented}
+        }}
     }}
 }}
 
@@ -237,57 +291,123 @@ PyMODINIT_FUNC MINI_MODULE_INIT(void) {{ return PyModule_Create(&definition); }}
 
 
 class FusedKernel:
-    """The kernel of a fused node: ``kernel(*inputs) -> out`` for numpy arrays of one shape.
+    """The kernel of a fused node: ``kernel(*inputs) -> out`` for numpy arrays of one shape
+    (in kernel form: flat when contiguous, see :mod:`mini.jit.lowering`); the result is flat.
     ``donate``: the position of an input whose buffer the result may overwrite (None: a new
-    buffer); ``source`` and ``body``: the generated C++."""
+    buffer); ``source`` and ``body``: the generated C++; ``contiguous``: every input is
+    contiguous (known from the trace: the guards keep the layouts)."""
 
-    def __init__(self, module, shape, dtype, n_inputs, donate, body, source, ops):
+    def __init__(self, module, shape, dtype, n_inputs, donate, body, source, ops,
+                 contiguous: bool = False):
         self._call = module.kernel
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.size = math.prod(self.shape)
         self.n_inputs, self.donate = n_inputs, donate
         self.body, self.source, self.ops = body, source, tuple(ops)
+        self.contiguous = contiguous
         self.__name__ = "fused_" + "_".join(o.lower() for o in ops)
+        self.allocates = 0 if donate is not None else self.size * self.dtype.itemsize
+        if contiguous:                 # what mini's generated replay pastes instead of a call
+            args = ", ".join(f"{{a{k}}}" for k in range(n_inputs))
+            call = "{call}(" + (args + ", " if args else "") + "{out})"
+            if donate is not None:
+                self.inline = ("{out} = {a%d}; " % donate + call, {"call": self._call}, {})
+            else:
+                self.inline = ("{out} = {empty}(%d, {dt}); " % self.size + call,
+                               {"call": self._call, "empty": np.empty, "dt": self.dtype}, {})
 
     def __call__(self, *arrays):
-        arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+        if not self.contiguous:
+            arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
         if self.donate is not None:
             out = arrays[self.donate]
         else:
-            from mini.backends.numpy_backend import aligned_empty
-            out = aligned_empty(self.size, self.dtype)
+            from mini.jit.lowering import _alloc
+            out = _alloc(self.size, self.dtype, self.allocates)
         self._call(*arrays, out)
-        return out.reshape(self.shape)
+        return out
 
     def __repr__(self):
         return f"<fused kernel {'+'.join(self.ops)}: {self.n_inputs} inputs>"
 
 
-def build_kernel(graph: Graph, chain: list, donate: Ref | None = None, name: str | None = None,
-                 build_directory=None) -> tuple[FusedKernel, list]:
-    """Generate (``01.kernel_body``), compile and load the kernel of one chain; returns the
-    kernel and the Refs of its inputs."""
+def load_kernel(source: str, name: str = "mini_fused", build_directory=None):
+    """Compile and load a kernel made by :func:`kernel_source` (cached by source)."""
     from mini.utils.cpp_extension import load_inline
+    # no FMAs (the bits of eager mode); no errno or FP traps to honour (the loop vectorises)
+    cflags = ["-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"] + host_flags()
+    ldflags = []
+    if vector_math():
+        cflags.append("-DMINI_VECTOR_MATH")
+        ldflags.append("-lmvec")
+    return load_inline(name, source, extra_cflags=cflags, extra_ldflags=ldflags, pybind11=False,
+                       build_directory=build_directory)
+
+
+def host_flags() -> list:
+    """``-march=native`` where the compiler takes it: a JIT compiles for the machine it runs
+    on (AVX-512 vector math where there is AVX-512).  The CPU's features are in the flags
+    too (``-DMINI_HOST_CPU=...``), so a build cache shared by machines with other CPUs never
+    hands one a binary it cannot run."""
+    if _HOST_FLAGS:
+        return list(_HOST_FLAGS[0])
+    import hashlib
+    import os
+    import platform
+    import shlex
+    import subprocess
+    from mini.utils.cpp_extension import compiler
+    flags: list = []
+    try:
+        r = subprocess.run(shlex.split(compiler()) + ["-march=native", "-x", "c++", "-c", "-",
+                                                      "-o", os.devnull],
+                           input="int f() { return 0; }\n", capture_output=True, text=True,
+                           timeout=60)
+        if r.returncode == 0:
+            cpu = platform.processor() + platform.machine()
+            try:
+                with open("/proc/cpuinfo") as f:
+                    cpu += "".join(line for line in f if line.startswith(("flags", "model name")))
+            except OSError:
+                pass
+            flags = ["-march=native", f"-DMINI_HOST_CPU={hashlib.sha256(cpu.encode()).hexdigest()[:12]}"]
+    except (OSError, subprocess.SubprocessError, RuntimeError):
+        flags = []
+    _HOST_FLAGS.append(flags)
+    return list(flags)
+
+
+_HOST_FLAGS: list = []
+
+
+def build_kernel(graph: Graph, chain: list, donate: Ref | None = None, name: str | None = None,
+                 build_directory=None, fresh: bool = False) -> tuple[FusedKernel, list]:
+    """Generate (``01.kernel_body``), compile and load the kernel of one chain; returns the
+    kernel and the Refs of its inputs.  ``fresh``: really compile, even when this source was
+    built before (to measure the compile time)."""
     body, inputs = kernel_body(graph, chain)
     meta = graph.nodes[chain[-1]].meta
-    ctype = CTYPES[meta.dtype]
-    source = kernel_source(body, len(inputs), ctype)
     ops = [graph.nodes[i].op for i in chain]
-    module = load_inline(name or "mini_fused_" + "_".join(o.lower() for o in ops)[:60], source,
-                         extra_cflags=["-ffp-contract=off"], pybind11=False,
-                         build_directory=build_directory)
+    source = kernel_source(body, len(inputs), CTYPES[meta.dtype])
+    if fresh:
+        import time
+        source += f"// built at {time.time_ns()}\n"   # another source: no cached build
+    module = load_kernel(source, name or "mini_fused_" + "_".join(o.lower() for o in ops)[:60],
+                         build_directory)
+    from mini.jit.lowering import _contiguous
     position = None if donate is None or donate not in inputs else inputs.index(donate)
+    contiguous = all(graph.meta(r) is not None and _contiguous(graph.meta(r)) for r in inputs)
     return FusedKernel(module, meta.shape, meta.dtype, len(inputs), position, body, source,
-                       ops), list(inputs)
+                       ops, contiguous), list(inputs)
 
 
 # --------------------------------------------------------------------------- the pass
 
-def fuse(graph: Graph, build_directory=None) -> Graph:
+def fuse(graph: Graph, build_directory=None, fresh: bool = False) -> Graph:
     """A new graph in which each chain of :func:`find_chains` is one node running its fused
     kernel (``node.op`` is "Fused(Mul,Add,...)"); the other nodes keep their kernels.
     Raises :class:`FusionError` for a chain that breaks the rules (so a wrong chain never
-    computes a wrong value)."""
+    computes a wrong value).  ``fresh``: compile every kernel again (to time a compile)."""
     chains = find_chains(graph)
     _validate(graph, chains)
     last_of = {c[-1]: c for c in chains}
@@ -307,7 +427,8 @@ def fuse(graph: Graph, build_directory=None) -> Graph:
         if i in last_of:
             chain = last_of[i]
             donor = _donor(graph, chain, users)
-            kernel, inputs = build_kernel(graph, chain, donor, build_directory=build_directory)
+            kernel, inputs = build_kernel(graph, chain, donor, build_directory=build_directory,
+                                          fresh=fresh)
             fused = Node("Fused(" + ",".join(graph.nodes[j].op for j in chain) + ")", None,
                          tuple(remap(r) for r in inputs), {}, node.meta, kernel=kernel)
             fused.chain = list(chain)

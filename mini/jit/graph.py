@@ -123,18 +123,21 @@ def _same(a, b) -> bool:
 def map_refs(obj, fn):
     """``obj`` with ``fn(ref)`` in place of every Ref, at any depth of tuples, lists and dicts
     (the containers keep their type)."""
-    if isinstance(obj, Ref):
+    t = type(obj)
+    if t is Ref:
         return fn(obj)
-    if isinstance(obj, (tuple, list)) and not isinstance(obj, Ref):
-        items = [map_refs(o, fn) for o in obj]
-        if isinstance(obj, list):
-            return items
-        if type(obj) is tuple:
-            return tuple(items)
-        return type(obj)(*items)       # a named tuple
-    if isinstance(obj, dict):
-        return {k: map_refs(v, fn) for k, v in obj.items()}
+    if t is tuple:
+        return tuple([o if type(o) in _ATOMS else map_refs(o, fn) for o in obj])
+    if t is list:
+        return [map_refs(o, fn) for o in obj]
+    if t is dict:
+        return {k: map_refs(v, fn) for k, v in obj.items()} if obj else {}
+    if isinstance(obj, tuple):          # a named tuple
+        return t(*[map_refs(o, fn) for o in obj])
     return obj
+
+
+_ATOMS = frozenset({int, float, bool, str, type(None)})   # never hold a Ref
 
 
 def refs_in(obj) -> list:
@@ -172,10 +175,9 @@ class Graph:
         return None if hit is None or hit[1] is not tensor else hit[0]
 
     def capture(self, tensor) -> Ref:
-        """Take a tensor the graph has not seen as a captured value (by reference)."""
-        known = self.ref_of(tensor)
-        if known is not None:
-            return known
+        """Take a tensor the graph has not seen as a captured value (by reference: a replay
+        reads its value at that time).  Capturing a tensor the graph knows (an input, a
+        node's result) would make it a constant: its Ref from :meth:`ref_of` is what to use."""
         ref = Ref("captured", len(self.captured))
         self.captured.append(tensor)
         self.captured_meta.append(meta_of(tensor))

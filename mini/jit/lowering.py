@@ -7,11 +7,12 @@ and records a graph node for autograd.  A trace has made each of those decisions
 replay only has to call the kernel that eager ended up calling.  That is what this module
 gives each node:
 
-- elementwise ops on same-shaped float arrays, the other operand a tensor or a Python number
-  (``Add``, ``Sub``, ``Mul``, ``Div``, ``Maximum``; ``Neg``, ``Exp``, ``Log``, ``Sqrt``,
-  ``Sin``, ``Cos``, ``Tanh``, ``Sigmoid``, ``Relu``, ``Abs``) call the kernel eager calls on
-  this device (the ``cpu`` device's C++ loops, numpy's ufuncs), chosen by the backend's own
-  rules, so a replay computes the same bits as eager;
+- elementwise ops on float arrays, the other operand a tensor (of the same shape, or one that
+  broadcasts) or a Python number (``Add``, ``Sub``, ``Mul``, ``Div``, ``Maximum``; ``Neg``,
+  ``Exp``, ``Log``, ``Sqrt``, ``Sin``, ``Cos``, ``Tanh``, ``Sigmoid``, ``Relu``, ``Abs``), and
+  2-D float matrix products, call the kernel eager calls on this device (the ``cpu`` device's
+  C++ loops, numpy's ufuncs), chosen by the backend's own rules, so a replay computes the same
+  bits as eager;
 - views (``Reshape``, ``Permute``, ``Expand``, basic ``GetItem``, ``Alias``) are numpy views;
 - the reads that guards check (``item``, ``numpy``, ``tolist``) read the array;
 - every other op gets a *generic* kernel: its arrays are wrapped as tensors that share their
@@ -49,7 +50,8 @@ _UNARY_OPS = {"Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Sin": "
 _VIEWS = {"Alias", "Reshape", "Permute", "Expand", "GetItem"}
 
 #: The ops that get a kernel of their own (the rest get the generic one).
-LOWERED_OPS = frozenset(_BINARY_OPS) | frozenset(_UNARY_OPS) | _VIEWS | {"item", "numpy", "tolist"}
+LOWERED_OPS = frozenset(_BINARY_OPS) | frozenset(_UNARY_OPS) | _VIEWS | {"MatMul", "item", "numpy",
+                                                                       "tolist"}
 
 _np_empty = np.empty
 
@@ -74,6 +76,11 @@ def kernel_for(node: Node, graph: Graph):
                 and _same_kind(graph.meta(args[0]), node.meta):
             return _unary_kernel(_UNARY_OPS[op], node.meta, device,
                                  _contiguous(graph.meta(args[0])))
+    if op == "MatMul" and len(args) == 2 and not node.kwargs and node.meta is not None \
+            and all(isinstance(x, Ref) for x in args):
+        k = _matmul_kernel(node, graph, device)
+        if k is not None:
+            return k
     if op in _VIEWS and not node.kwargs and node.meta is not None and args \
             and isinstance(args[0], Ref):
         k = _view_kernel(node, graph.meta(args[0]))
@@ -114,9 +121,11 @@ def _binary_kernel(name, args, graph, meta, device):
     a, b = args
     if isinstance(a, Ref) and isinstance(b, Ref):
         ma, mb = graph.meta(a), graph.meta(b)
-        if not (_same_kind(ma, meta) and _same_kind(mb, meta)):
+        if ma is None or mb is None or ma.dtype != meta.dtype or mb.dtype != meta.dtype:
             return None
-        return _tensor_tensor(name, meta, device, _contiguous(ma) and _contiguous(mb))
+        if ma.shape == meta.shape and mb.shape == meta.shape:
+            return _tensor_tensor(name, meta, device, _contiguous(ma) and _contiguous(mb))
+        return _broadcast_kernel(name, meta, ma.shape, mb.shape)
     if isinstance(a, Ref) and b.__class__ in (int, float) and _same_kind(graph.meta(a), meta):
         return _tensor_scalar(name, meta, device, False, _contiguous(graph.meta(a)))
     if isinstance(b, Ref) and a.__class__ in (int, float) and _same_kind(graph.meta(b), meta):
@@ -178,6 +187,65 @@ def _tensor_tensor(name: str, meta: TensorMeta, device, contiguous: bool):
         ufunc(a, b, out=out)
         return out
     return _named(numpy_kernel, f"{name}_kernel")
+
+
+def _broadcast_kernel(name: str, meta: TensorMeta, a_shape, b_shape):
+    """Operands of other shapes: eager broadcasts them to the result's shape as views (stride
+    0), which no flat kernel takes, so numpy's ufunc computes it; so does this kernel."""
+    ufunc = BINARY[name]
+    shape, size, dt = meta.shape, math.prod(meta.shape), np.dtype(meta.dtype)
+    nbytes = size * dt.itemsize
+
+    def kernel(a, b):
+        out = _alloc(size, dt, nbytes)
+        ufunc(_shaped(a, a_shape), _shaped(b, b_shape), out=out.reshape(shape))
+        return out
+    return _named(kernel, f"{name}_broadcast_kernel")
+
+
+def _matmul_kernel(node: Node, graph: Graph, device):
+    """A 2-D float product: the kernel eager's backend runs (the cpu device's strided GEMM,
+    which reads transposed operands in place; numpy's matmul on the numpy device)."""
+    a, b = node.args
+    ma, mb, meta = graph.meta(a), graph.meta(b), node.meta
+    if ma is None or mb is None or len(ma.shape) != 2 or len(mb.shape) != 2 \
+            or not (ma.dtype == mb.dtype == meta.dtype) or not _is_float(meta):
+        return None
+    (m, k), n = ma.shape, mb.shape[1]
+    size, dt = m * n, np.dtype(meta.dtype)
+    nbytes = size * dt.itemsize
+    native = _native(device)
+    if native is not None:
+        gemm = native[0].matmul_strided
+
+        def cpu_kernel(x, y):
+            xb, xo, xs = _layout(x, ma.shape)
+            yb, yo, ys = _layout(y, mb.shape)
+            out = _alloc(size, dt, nbytes)
+            if size:
+                gemm(xb, xo, xs[0], xs[1], yb, yo, ys[0], ys[1], out, m, k, n)
+            return out
+        return _named(cpu_kernel, "matmul_kernel")
+    from mini.backends.numpy_backend import _blas_operand
+
+    def numpy_kernel(x, y):
+        out = _alloc(size, dt, nbytes)
+        np.matmul(_blas_operand(_shaped(x, ma.shape)), _blas_operand(_shaped(y, mb.shape)),
+                  out=out.reshape(m, n))
+        return out
+    return _named(numpy_kernel, "matmul_kernel")
+
+
+def _layout(a: np.ndarray, shape) -> tuple:
+    """(flat buffer, offset, strides in elements) of a 2-D value in kernel form."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1), 0, (shape[1], 1)
+    base = _flat_base(a)
+    if base is None:
+        return np.ascontiguousarray(a).reshape(-1), 0, (shape[1], 1)
+    item = a.itemsize
+    offset = (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
+    return base, offset, tuple(s // item for s in a.strides)
 
 
 def _tensor_scalar(name: str, meta: TensorMeta, device, reverse: bool, contiguous: bool):
