@@ -231,7 +231,9 @@ def kernel_source(body: str, n_inputs: int, ctype: str) -> str:
     function ``kernel(in0, ..., in{n-1}, out)`` runs ``body`` for every element ``i`` of
     ``out`` (C-contiguous arrays of ``ctype``, all of the same length), vectorised, and in
     parallel with OpenMP for large arrays."""
-    ins = ", ".join(f"const {ctype}* __restrict in{k}" for k in range(n_inputs))
+    # no __restrict: `out` may be the buffer of an input (a donated one); `omp simd` is what
+    # lets the loop vectorise (element i reads its inputs, then writes out[i])
+    ins = ", ".join(f"const {ctype}* in{k}" for k in range(n_inputs))
     params = (ins + ", " if ins else "") + f"{ctype}* out, int64_t n"
     call = ", ".join([f"(const {ctype}*)views[{k}].buf" for k in range(n_inputs)]
                      + [f"({ctype}*)views[{n_inputs}].buf", "n"])

@@ -504,8 +504,11 @@ def _flat_base(a: np.ndarray):
     if any(s % a.itemsize for s in a.strides):
         return None
     base = a.base
-    while isinstance(base, np.ndarray):
-        if base.ndim == 1 and base.dtype == a.dtype and base.flags.c_contiguous:
+    for _ in range(16):                 # (as_strided's views hold their base in a DummyArray)
+        if base is None:
+            return None
+        if isinstance(base, np.ndarray) and base.ndim == 1 and base.dtype == a.dtype \
+                and base.flags.c_contiguous:
             return base
-        base = base.base
+        base = getattr(base, "base", None)
     return None
