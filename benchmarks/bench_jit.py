@@ -29,23 +29,7 @@ import timeit
 
 import numpy as np
 
-
-def chain100(x, y):
-    z = x
-    for _ in range(25):
-        z = (z * 1.001 + y).relu() - x
-    return z
-
-
-def gelu8(x):
-    u = x * x
-    u = u * 0.035677408136300125
-    u = u + 0.7978845608028654
-    u = u * x
-    t = u.tanh()
-    t = t * 0.5
-    t = t + 0.5
-    return t * x
+from mini.jit.examples import chain100, gelu8
 
 
 def arith8(x):
@@ -139,7 +123,11 @@ def break_even(n: int = 30_000, max_calls: int = 20_000) -> dict:
             fn()
             if k >= 5:
                 times[name] += (time.perf_counter() - t0) / 50
-    predicted = predict(t_compile, times["eager"], times["compiled"])
+    try:
+        predicted = predict(t_compile, times["eager"], times["compiled"])
+    except ValueError:                        # the compiled call is not faster here
+        return {"t_compile": t_compile, "t_eager": times["eager"],
+                "t_compiled": times["compiled"], "predicted": None, "measured": None, "calls": 0}
     calls = int(min(2.5 * predicted, max_calls))
     eager, compiled = [], []
     for _ in range(calls):
@@ -181,8 +169,12 @@ def main(argv=None) -> int:
           f"{2 * 8 * n * 4:,}), fused {f['traffic']['fused']:,} B (2·N·4 = {2 * n * 4:,}); "
           f"allocated {f['allocated']['unfused']:,} B -> {f['allocated']['fused']:,} B")
     b = break_even(args.n_break_even)
-    ratio = f"{b['measured'] / b['predicted']:.2f}x the prediction" if b["measured"] else "not reached"
     print(f"3. break-even of a fresh compile ({args.n_break_even:,} numbers, 8 ops)")
+    if b["predicted"] is None:
+        print(f"   T_eager {b['t_eager'] * 1e3:.3f} ms, T_compiled {b['t_compiled'] * 1e3:.3f} ms: "
+              f"the compiled call is not faster at this size, compiling never pays off")
+        return 0
+    ratio = f"{b['measured'] / b['predicted']:.2f}x the prediction" if b["measured"] else "not reached"
     print(f"   T_compile {b['t_compile'] * 1e3:.0f} ms, T_eager {b['t_eager'] * 1e3:.3f} ms, "
           f"T_compiled {b['t_compiled'] * 1e3:.3f} ms: predicted N* = {b['predicted']:.0f} calls, "
           f"measured crossover {b['measured']} calls ({ratio})")

@@ -344,21 +344,22 @@ def break_even_no_compiled_cost(t_compile, t_eager, t_compiled, recompiles=0):
 
 # --------------------------------------------------------------------- 01.crossover
 
-def crossover_without_compile_time(eager_seconds, compiled_seconds, t_compile):
-    """Break-even with compile time left out: the compiled curve starts at 0."""
+def _ahead(eager_seconds, compiled_seconds, start):
     e, c = np.asarray(eager_seconds, float), np.asarray(compiled_seconds, float)
     if e.shape != c.shape:
         raise ValueError("lengths differ")
-    ahead = np.flatnonzero(np.cumsum(c) <= np.cumsum(e))
+    return np.flatnonzero(start + np.cumsum(c) <= np.cumsum(e))
+
+
+def crossover_without_compile_time(eager_seconds, compiled_seconds, t_compile):
+    """Break-even with compile time left out: the compiled curve starts at 0."""
+    ahead = _ahead(eager_seconds, compiled_seconds, 0.0)
     return int(ahead[0]) + 1 if ahead.size else None
 
 
 def crossover_zero_based(eager_seconds, compiled_seconds, t_compile):
     """Returns the index of the call, not the number of calls."""
-    e, c = np.asarray(eager_seconds, float), np.asarray(compiled_seconds, float)
-    if e.shape != c.shape:
-        raise ValueError("lengths differ")
-    ahead = np.flatnonzero(t_compile + np.cumsum(c) <= np.cumsum(e))
+    ahead = _ahead(eager_seconds, compiled_seconds, t_compile)
     return int(ahead[0]) if ahead.size else None
 
 

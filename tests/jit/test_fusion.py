@@ -10,20 +10,9 @@ import pytest
 import mini
 from mini import jit
 from mini.jit import fusion
+from mini.jit.examples import gelu8
 from mini.jit.graph import Ref
 from mini.ndarray import track_allocations
-
-
-def gelu8(x):
-    """GELU's tanh approximation as 8 mini ops."""
-    u = x * x
-    u = u * 0.035677408136300125
-    u = u + 0.7978845608028654
-    u = u * x
-    t = u.tanh()
-    t = t * 0.5
-    t = t + 0.5
-    return t * x
 
 
 def test_gelu_is_one_chain_and_one_kernel():
