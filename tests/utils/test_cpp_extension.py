@@ -193,16 +193,14 @@ PyMODINIT_FUNC MINI_MODULE_INIT(void) { return PyModule_Create(&definition); }
 
 
 def test_a_plain_c_api_module_builds_without_pybind11(tmp_path):
-    """pybind11=False: Python.h only, the source defines its own module; a build takes a
-    fraction of what a pybind11 one takes (the JIT's generated kernels rely on it)."""
-    t0 = time.perf_counter()
+    """pybind11=False: Python.h only, the source defines its own module (the JIT's generated
+    kernels are built this way: no pybind11 headers to compile)."""
     mod = load_inline("capi_ext", C_API, pybind11=False, build_directory=tmp_path)
     assert mod.twice(21.0) == 42.0
     assert load_inline("capi_ext", C_API, pybind11=False, build_directory=tmp_path) is mod
     other = load_inline("capi_ext", C_API + "\n// another source\n", pybind11=False,
                         build_directory=tmp_path)
     assert other is not mod and other.twice(1.5) == 3.0      # its own module name
-    assert time.perf_counter() - t0 < 120                    # (no timing claim: just finishes)
 
 
 def test_a_c_api_module_takes_no_functions_list(tmp_path):
