@@ -263,6 +263,46 @@ def check_dispatch_law(fn):
                   hint="a negative number of ops")
 
 
+# =========================================================================== the footguns
+
+_FOOTGUN_HINTS = {
+    "a constant the function reads changes": "a value the trace baked in changed",
+    "a Python argument changes": "a Python number passed as an argument is baked into the "
+                                 "graph: its value and type must be part of the key",
+    "a new shape or layout": "a graph recorded for one shape, dtype or layout must not run "
+                             "for another",
+    "a branch goes the other way": "the branch's value is a guard: record it, and check it "
+                                   "when the graph runs again",
+    "a value read with .item()": "a value read into Python is a guard too",
+    "an output kept across calls": "each call's outputs are new arrays: a later call must "
+                                   "not write into an earlier call's outputs",
+    "state updated in place": "an in-place update is an op of the graph: each call runs it once",
+    "random draws": "a random draw is an op of the graph: each call draws again, once",
+    "same guards, five calls": "calls with the same guards must replay one graph (compile "
+                               "once), not trace again",
+}
+
+
+def _footguns(fn, slot: str, label: str) -> None:
+    """tinygrad's JIT footguns through mini.jit.trace, with the student's ``slot`` and the
+    grader's versions of the other two tracer slots: every call must agree with eager mode,
+    and trace as often as mini's reference does."""
+    seed = int(rng().integers(0, 2**31))
+    got = _scenario(fn, "footguns", slot=slot, seed=seed)
+    want = fn.expected("footguns", slot=slot, seed=seed)
+    if type(got) is not dict or set(got) != set(want):
+        fail(f"{label}: the grader's footgun scenario did not complete")
+    for case, (ok, traces, replays) in want.items():
+        g_ok, g_traces, g_replays = got[case]
+        if not g_ok:
+            fail(f"{label}: with your {slot[3:]}, mini.jit.trace returned other values than "
+                 f"eager mode when {case}: {_FOOTGUN_HINTS[case]} (a silent mismatch)")
+        if (g_traces, g_replays) != (traces, replays):
+            fail(f"{label}: with your {slot[3:]}, when {case} mini.jit.trace traced "
+                 f"{g_traces} times and replayed {g_replays} times; the reference traces "
+                 f"{traces} times and replays {replays} times: {_FOOTGUN_HINTS[case]}")
+
+
 # =========================================================================== 01.record_op
 
 _SCRIPTS_CODE = {
@@ -308,7 +348,7 @@ def check_record_op(fn):
             _raised(g["raised"], what)
         return what, g, w
 
-    with part("ops recorded in order, results returned", 4):
+    with part("ops recorded in order, results returned", 3):
         for name in ("arith", "captured", "nested"):
             what, g, w = script(name)
             if _ops(g["graph"]) != _ops(w["graph"]):
@@ -317,7 +357,7 @@ def check_record_op(fn):
             if not _result_equal(g["result"], w["result"]):
                 fail(f"{what}: the traced function computed other values than eager mode: "
                      f"record_op must return exactly what run() returned")
-    with part("tensors as Refs, constants as they are", 4):
+    with part("tensors as Refs, constants as they are", 3):
         for name in ("arith", "captured", "nested", "keywords"):
             what, g, w = script(name)
             gg, ww = g["graph"], w["graph"]
@@ -360,6 +400,8 @@ def check_record_op(fn):
         if not _result_equal(g["result"], w["result"]):
             fail(f"{what}: the random draw differs from eager mode's: call run() exactly once "
                  f"(a second call draws new numbers)")
+    with part("tinygrad's JIT footguns", 2):
+        _footguns(fn, "01.record_op", "record_op")
 
 
 # =========================================================================== 01.guard_key
@@ -392,12 +434,12 @@ _MUST_MATCH = {
     "0-d tensors": "tensor values",
 }
 _GUARD_PARTS = {
-    "tensor layout": (4, ["same layout, other values", "another shape", "another dtype",
+    "tensor layout": (3, ["same layout, other values", "another shape", "another dtype",
                           "other strides", "another device", "requires_grad", "0-d tensors",
                           "empty and 0-d"]),
     "Python values and their types": (3, ["another number", "int and float", "int and bool",
                                           "None and None", "two strings"]),
-    "structure, keywords and refusals": (3, ["list and tuple", "nested, same",
+    "structure, keywords and refusals": (2, ["list and tuple", "nested, same",
                                              "nested, other number", "one more argument",
                                              "keyword, same", "keyword, other name",
                                              "keywords in another order", "dict argument"]),
@@ -442,6 +484,8 @@ def check_guard_key(fn):
                     if not r.get("names_it"):
                         fail(f"guard_key's TypeError for a {case} should name the argument "
                              f"(args[1], kwargs['scale'])")
+    with part("tinygrad's JIT footguns", 2):
+        _footguns(fn, "01.guard_key", "guard_key")
 
 
 # =========================================================================== 01.replay
@@ -480,7 +524,7 @@ def check_replay(fn):
                      f"runs node.kernel on the values of its arguments")
         return what, g
 
-    with part("runs every node on the values of its arguments", 4):
+    with part("runs every node on the values of its arguments", 3):
         for name in ("chain", "two_outputs", "captured"):
             values_of(name)
     with part("Refs inside tuples and lists", 2):
@@ -501,7 +545,7 @@ def check_replay(fn):
             fail(f"{what}: GuardFailed should carry the guard's node index (2), the value the "
                  f"trace saw (True) and the one this call gives (False); got index "
                  f"{g.get('index')!r}, expected {g.get('expected')!r}, got {g.get('got')!r}")
-    with part("new outputs on every call, env untouched", 3):
+    with part("new outputs on every call, env untouched", 2):
         for name in ("chain", "two_outputs", "nested", "captured"):
             what, g = values_of(name)
             if g["shared"]:
@@ -513,6 +557,8 @@ def check_replay(fn):
                      f"results: keep no buffer of an output between calls")
             if not g["env_unchanged"]:
                 fail(f"{what} changed env (its keys or its arrays): work on a copy of the dict")
+    with part("tinygrad's JIT footguns", 2):
+        _footguns(fn, "01.replay", "replay")
 
 
 # =========================================================================== 01.find_chains

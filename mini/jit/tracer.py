@@ -204,20 +204,66 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
 
 
 def python_constants(fn, max_depth: int = 3) -> tuple:
-    """The Python numbers, strings and flags ``fn`` reads from outside its arguments: names
-    of its globals and closure cells (and those of the functions it calls, ``max_depth``
-    deep), and, for a module or a bound method of one, every scalar attribute and the
-    ``training`` flag of each submodule.  A trace bakes such values in, so they are part of
-    the guards: a change makes the next call trace again."""
+    """The Python values ``fn`` reads from outside its arguments that a trace would bake in:
+    numbers, strings and flags, and small lists, tuples and dicts of them, and the scalar
+    attributes of plain objects (a config object), found in the globals and closure cells
+    ``fn``'s code names (and those of the functions it calls, ``max_depth`` deep); for a
+    module or a bound method of one, every scalar attribute and the ``training`` flag of each
+    submodule.  A trace bakes such values in, so they are part of the guards: a change makes
+    the next call trace again.  (What the function reaches some other way, through a
+    function of a library or a deeper object, is not seen.)"""
     found: dict = {}
     _collect(fn, found, max_depth, set(), "")
     return tuple(sorted(found.items()))
 
 
-def _is_constant(v) -> bool:
+_FREEZE_LIMIT = 64      # items of a container read in full; a larger one is not guarded
+
+
+def _frozen(v, depth: int = 2):
+    """A hashable snapshot of ``v`` if it is a value a trace bakes in (else None): a scalar,
+    or a small list, tuple, dict or set of such values (``depth`` levels of containers)."""
     if isinstance(v, _SCALARS):
+        return (type(v).__name__, v)
+    if depth <= 0 or type(v) not in (list, tuple, dict, set, frozenset) or len(v) > _FREEZE_LIMIT:
+        return None
+    if type(v) is dict:
+        items = []
+        for k, x in v.items():
+            fx = _frozen(x, depth - 1)
+            if fx is None or not isinstance(k, _SCALARS):
+                return None
+            items.append((repr(k), fx))
+        return ("dict", tuple(sorted(items)))
+    parts = tuple(_frozen(x, depth - 1) for x in (sorted(v, key=repr) if type(v) in (set, frozenset) else v))
+    return None if any(p is None for p in parts) else (type(v).__name__, parts)
+
+
+def _is_constant(v) -> bool:
+    return _frozen(v) is not None
+
+
+def _plain_object(v) -> bool:
+    """An instance of a user class (a config, a namespace): its attributes may be read."""
+    return (hasattr(v, "__dict__") and not isinstance(v, (type, types.ModuleType,
+                                                          types.FunctionType, types.MethodType))
+            and not _is_module(v) and not isinstance(v, Tensor) and _user_code(type(v)))
+
+
+def _note(found: dict, label: str, v) -> bool:
+    """Record ``v`` under ``label`` if it is a constant (or a plain object's scalar
+    attributes); True when something was recorded."""
+    fv = _frozen(v)
+    if fv is not None:
+        found[label] = fv
         return True
-    return type(v) is tuple and all(_is_constant(x) for x in v)
+    if _plain_object(v):
+        for k, x in vars(v).items():
+            fx = _frozen(x)
+            if fx is not None and not k.startswith("__"):
+                found[f"{label}.{k}"] = fx
+        return True
+    return False
 
 
 def _collect(obj, found: dict, depth: int, seen: set, prefix: str) -> None:
@@ -230,8 +276,10 @@ def _collect(obj, found: dict, depth: int, seen: set, prefix: str) -> None:
             label = name + "." if name else ""
             found[f"{label}training"] = ("bool", mod.training)
             for k, v in vars(mod).items():
-                if not k.startswith("_") and _is_constant(v):
-                    found[f"{label}{k}"] = (type(v).__name__, v)
+                if not k.startswith("_"):
+                    fv = _frozen(v)
+                    if fv is not None:
+                        found[f"{label}{k}"] = fv
         _collect(type(obj).forward, found, depth - 1, seen, prefix)
         return
     if isinstance(obj, types.MethodType):
@@ -244,32 +292,32 @@ def _collect(obj, found: dict, depth: int, seen: set, prefix: str) -> None:
     if not isinstance(obj, types.FunctionType):
         return
     code = obj.__code__
-    names = set(_code_names(code))
     globs = obj.__globals__
-    for name in names:
+    for name in set(_code_names(code)):
         if name in globs:
             v = globs[name]
-            if _is_constant(v):
-                found[f"{obj.__module__}.{name}"] = (type(v).__name__, v)
-            elif isinstance(v, types.FunctionType) and _user_code(v):
-                _collect(v, found, depth - 1, seen, prefix)
+            if isinstance(v, types.FunctionType):
+                if _user_code(v):
+                    _collect(v, found, depth - 1, seen, prefix)
+            elif not _note(found, f"{obj.__module__}.{name}", v) and _is_module(v):
+                _collect(v, found, depth - 1, seen, f"{name}.")
     for name, cell in zip(code.co_freevars, obj.__closure__ or ()):
         try:
             v = cell.cell_contents
         except ValueError:           # an empty cell (a name assigned later)
             continue
-        if _is_constant(v):
-            found[f"{obj.__qualname__}.<closure>.{name}"] = (type(v).__name__, v)
-        elif isinstance(v, types.FunctionType) and _user_code(v):
-            _collect(v, found, depth - 1, seen, prefix)
-        elif _is_module(v):
+        if isinstance(v, types.FunctionType):
+            if _user_code(v):
+                _collect(v, found, depth - 1, seen, prefix)
+        elif not _note(found, f"{obj.__qualname__}.<closure>.{name}", v) and _is_module(v):
             _collect(v, found, depth - 1, seen, f"{name}.")
 
 
 def _object_attributes(obj, found: dict) -> None:
     for k, v in getattr(obj, "__dict__", {}).items():
-        if not k.startswith("_") and _is_constant(v):
-            found[f"self.{k}"] = (type(v).__name__, v)
+        fv = _frozen(v)
+        if not k.startswith("_") and fv is not None:
+            found[f"self.{k}"] = fv
 
 
 def _is_module(obj) -> bool:
@@ -285,9 +333,14 @@ def _code_names(code):
 
 
 def _user_code(fn) -> bool:
-    """Functions of the program, not of mini or of the standard library."""
+    """Functions (and classes) of the program, not of mini, numpy or the standard library."""
     mod = getattr(fn, "__module__", "") or ""
-    return not (mod.startswith("mini.") or mod == "mini" or mod.startswith("numpy"))
+    if mod.startswith(("mini.", "numpy")) or mod in ("mini", "builtins"):
+        return False
+    return mod.split(".")[0] not in _STDLIB
+
+
+_STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
 
 
 def warn_once(registry: set, key, message: str) -> None:

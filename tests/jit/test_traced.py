@@ -186,6 +186,45 @@ def test_outputs_are_new_buffers_on_every_call():
     assert same(f(x), x * 2.0 + 1.0)
 
 
+def test_a_tensor_kept_in_an_attribute_runs_eagerly_with_a_warning():
+    class Holder:
+        pass
+    holder = Holder()
+    holder.last = None
+
+    def f(x):
+        h = x * 2.0
+        holder.last = h                  # an attribute it reads changes, and h escapes
+        return h + 1.0
+
+    traced = jit.trace(f)
+    with pytest.warns(TracerWarning, match="changes Python state it reads|somewhere other than"):
+        traced(mini.ones(2))
+        traced(mini.ones(2) * 3)
+    assert holder.last.tolist() == [6.0, 6.0] and traced.stats.replays == 0
+
+
+def test_a_small_container_or_config_object_is_guarded():
+    config = {"scale": 2.0}
+
+    class Settings:
+        pass
+    settings = Settings()
+    settings.shift = 1.0
+
+    def f(x):
+        return x * config["scale"] + settings.shift
+
+    traced = jit.trace(f)
+    x = mini.ones(2)
+    assert traced(x).tolist() == [3.0, 3.0]
+    config["scale"] = 5.0
+    assert traced(x).tolist() == [6.0, 6.0]
+    settings.shift = -1.0
+    assert traced(x).tolist() == [4.0, 4.0]
+    assert traced.stats.traces == 3
+
+
 def test_python_side_effect_on_a_global_runs_eagerly_with_a_warning():
     calls = {"n": 0}
     counter = [0]
@@ -220,9 +259,11 @@ def test_a_tensor_that_escapes_through_a_list_runs_eagerly_with_a_warning():
         return h + 1.0
 
     traced = jit.trace(f)
-    with pytest.warns(TracerWarning, match="somewhere other than its return value"):
+    # the list changed (Python state the function reads) and the tensor in it escaped:
+    # either is reason enough to run eagerly
+    with pytest.warns(TracerWarning, match="changes Python state it reads|somewhere other than"):
         traced(mini.ones(2))
-    traced(mini.ones(2) * 3)
+        traced(mini.ones(2) * 3)
     assert [v.tolist() for v in log] == [[2.0, 2.0], [6.0, 6.0]]
     assert traced.stats.replays == 0
 

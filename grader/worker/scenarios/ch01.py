@@ -477,3 +477,168 @@ def stopwatch(impl, *, cases: list) -> list:
 
 SCENARIOS = {"record_scripts": record_scripts, "guard_keys": guard_keys, "replays": replays,
              "chains": chains, "kernels": kernels, "stopwatch": stopwatch}
+
+
+# --------------------------------------------------------------------------- footguns
+
+_SCALE = [2.0]   # a module-level value a traced function reads (the "frozen constant")
+
+
+def _grader_record_op(graph, name, op, args, kwargs, run):
+    from mini.autograd.tensor import Tensor
+
+    def ref(v):
+        if isinstance(v, Tensor):
+            known = graph.ref_of(v)
+            return known if known is not None else graph.capture(v)
+        if type(v) in (list, tuple):
+            return type(v)(ref(x) for x in v)
+        if type(v) is dict:
+            return {k: ref(x) for k, x in v.items()}
+        return v
+    rargs, rkwargs = ref(tuple(args)), ref(dict(kwargs))
+    out = run()
+    graph.add_node(name, op, rargs, rkwargs, out)
+    return out
+
+
+def _grader_guard_key(args, kwargs):
+    from mini.autograd.tensor import Tensor
+
+    def key(v):
+        if isinstance(v, Tensor):
+            d = v._data
+            return ("t", d.shape, d.dtype.name, d.strides, d.storage.device.name, v.requires_grad)
+        if v is None or type(v) in (bool, int, float, str):
+            return (type(v).__name__, v)
+        if type(v) in (list, tuple):
+            return (type(v).__name__, tuple(key(x) for x in v))
+        if type(v) is dict:
+            return ("dict", tuple((k, key(x)) for k, x in sorted(v.items())))
+        raise TypeError(f"cannot guard a {type(v).__name__}")
+    return tuple(key(a) for a in args), tuple((k, key(v)) for k, v in sorted(kwargs.items()))
+
+
+def _grader_replay(graph, env):
+    from mini.jit.graph import Ref, map_refs
+    from mini.jit.replay import GuardFailed
+    values = dict(env)
+    for i, node in enumerate(graph.nodes):
+        out = node.kernel(*map_refs(node.args, values.__getitem__),
+                          **map_refs(node.kwargs, values.__getitem__))
+        if node.is_guard and not node.holds(out):
+            raise GuardFailed(i, node.value, out)
+        values[Ref("node", i)] = out
+    return [values[r] for r in graph.outputs]
+
+
+_TRACER_SLOTS = {"01.record_op": _grader_record_op, "01.guard_key": _grader_guard_key,
+                 "01.replay": _grader_replay}
+
+
+def _scaled(x):
+    return x * _SCALE[0]
+
+
+def footguns(impl, *, slot: str, seed: int) -> dict:
+    """tinygrad's list of JIT footguns, run through ``mini.jit.trace`` with ``impl`` in
+    ``slot`` and the grader's own versions in the tracer's other two slots: per case, whether
+    every call returned what eager mode returns, and the traced function's counts."""
+    import warnings
+    import mini
+    from mini import exercises
+    from mini.jit import trace
+    others = {s: f for s, f in _TRACER_SLOTS.items() if s != slot}
+    before = {s: exercises._ACTIVE.get(s) for s in others}
+    for s, f in others.items():
+        exercises.implement(s)(f)
+    rng = np.random.default_rng(seed)
+
+    def data(*shape):
+        return mini.tensor(rng.standard_normal(shape).astype(np.float32))
+
+    def same(a, b):
+        return a.shape == b.shape and np.array_equal(a.numpy(), b.numpy())
+
+    out = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            x = data(3, 4)
+
+            f = trace(_scaled)                                  # a module-level constant
+            ok = same(f(x), x * _SCALE[0])
+            _SCALE[0] = 5.0
+            try:
+                ok = ok and same(f(x), x * 5.0)
+            finally:
+                _SCALE[0] = 2.0
+            out["a constant the function reads changes"] = (ok, f.stats.traces, f.stats.replays)
+
+            f = trace(lambda x, s: (x * s).relu())              # a Python argument
+            ok = all(same(f(x, s), (x * s).relu()) for s in (2.0, 3.0, 2.0, 2))
+            out["a Python argument changes"] = (ok, f.stats.traces, f.stats.replays)
+
+            f = trace(lambda x: (x * 2.0).sum(dim=0))           # shapes and layouts
+            ys = [x, data(5, 4), x.T, x.T.contiguous(), data(3, 4)]
+            ok = all(same(f(y), (y * 2.0).sum(dim=0)) for y in ys)
+            out["a new shape or layout"] = (ok, f.stats.traces, f.stats.replays)
+
+            def branch(x):
+                return x * 2.0 if x.sum() > 0 else x * 3.0
+            f = trace(branch)
+            ys = [x.abs(), -x.abs(), x.abs() + 1.0, -x.abs() - 1.0]
+            ok = all(same(f(y), branch(y)) for y in ys)
+            out["a branch goes the other way"] = (ok, f.stats.traces, f.stats.replays)
+
+            def normalise(x):
+                return x / x.abs().max().item()
+            f = trace(normalise)
+            ys = [x, x * 2.0, x]
+            ok = all(same(f(y), normalise(y)) for y in ys)
+            out["a value read with .item()"] = (ok, f.stats.traces, f.stats.replays)
+
+            f = trace(lambda x: x * 3.0 + 1.0)                  # outputs kept across calls
+            kept = [f(x) for _ in range(3)]
+            copies = [k.numpy().copy() for k in kept]
+            f(data(3, 4))
+            ok = all(np.array_equal(k.numpy(), c) for k, c in zip(kept, copies)) and \
+                not np.shares_memory(kept[1].numpy(), kept[2].numpy())
+            out["an output kept across calls"] = (ok, f.stats.traces, f.stats.replays)
+
+            state, mirror = mini.zeros(4), mini.zeros(4)
+
+            def update(x):
+                state.mul_(0.5).add_(x)
+                return x - state
+            f = trace(update)
+            ok = True
+            for _ in range(4):
+                y = data(4)
+                got = f(y)
+                mirror.mul_(0.5).add_(y)
+                ok = ok and same(got, y - mirror) and np.array_equal(state.numpy(), mirror.numpy())
+            out["state updated in place"] = (ok, f.stats.traces, f.stats.replays)
+
+            f = trace(lambda x: x + mini.rand(*x.shape))        # random draws
+            mini.manual_seed(seed % 1000)
+            got = [f(x).numpy().copy() for _ in range(3)]
+            mini.manual_seed(seed % 1000)
+            want = [(x + mini.rand(*x.shape)).numpy().copy() for _ in range(3)]
+            ok = all(np.array_equal(a, b) for a, b in zip(got, want))
+            out["random draws"] = (ok, f.stats.traces, f.stats.replays)
+
+            f = trace(lambda x, y: (x * y + 1.0).tanh())        # nothing changes
+            y = data(3, 4)
+            ok = all(same(f(x, y), (x * y + 1.0).tanh()) for _ in range(5))
+            out["same guards, five calls"] = (ok, f.stats.traces, f.stats.replays)
+    finally:
+        for s, f in before.items():
+            if f is None:
+                exercises._ACTIVE.pop(s, None)
+            else:
+                exercises._ACTIVE[s] = f
+    return out
+
+
+SCENARIOS["footguns"] = footguns
