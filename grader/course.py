@@ -402,8 +402,10 @@ def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: boo
 
 # --------------------------------------------------------------------------- leaks
 
-#: What a student copy of mini could hand out for a slot: the names the audit tries.
-AUDIT_ACCESSORS = ("dispatch", "reference", "wrapped", "fallback", "slot_reference")
+#: What a student copy of mini could hand out for a slot: the names the audit tries
+#: (and ``fast:0``, ``fast:1``... for the fast paths registered for the slot).
+AUDIT_ACCESSORS = ("dispatch", "reference", "wrapped", "fallback", "slot_reference",
+                   "fast:0", "fast:1", "fast:2")
 
 
 def audit_release(student_mini: Path, chapter: int, mini_src: Path,
@@ -411,8 +413,8 @@ def audit_release(student_mini: Path, chapter: int, mini_src: Path,
     """Run every check of chapter ``chapter`` against what the released ``student_mini``
     hands out for the slot -- the dispatching function with nothing registered,
     ``mini.exercises.reference(slot)``, its ``__wrapped__``, ``.fallback`` and
-    ``.reference``, and every function the instructor's mini registers as a ``fallback=``
-    of the slot -- in a worker (plain process: only trusted code runs) over that copy.
+    ``.reference``, its registered fast paths, and every function the instructor's mini
+    registers as a ``fallback=`` of the slot -- in a worker (plain process: only trusted code runs) over that copy.
     Returns one line per accessor that earns any points (an empty list: nothing to copy)."""
     from grader.checks import checks_for_chapter, evaluate
     from grader.checks.student import Student

@@ -197,16 +197,16 @@ def runs_reference(slot_id: str) -> bool:
     return ok
 
 
-def implemented(slot_id: str) -> bool:
-    """True when reaching ``slot_id`` runs code rather than a release stub: a student
-    implementation is registered, or the reference is mini's solution."""
-    return slot_id in _ACTIVE or runs_reference(slot_id)
-
-
 def _is_stub(fn: Callable) -> bool:
     """True for a reference replaced by ``raise ExerciseNotImplemented(...)`` in a release."""
     code = getattr(fn, "__code__", None)
     return code is not None and "ExerciseNotImplemented" in code.co_names
+
+
+def implemented(slot_id: str) -> bool:
+    """True when reaching ``slot_id`` runs code rather than a release stub: a student
+    implementation is registered, or the reference is mini's solution."""
+    return slot_id in _ACTIVE or runs_reference(slot_id)
 
 
 def reference(slot_id: str) -> Callable:
@@ -396,8 +396,7 @@ _LAZY_OWNERS = ("mini.ops.conv", "mini.ops.fast_paths", "mini.backends.cpu.exerc
                 "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
                 "mini.utils.train_state", "mini.distributed.ring",
                 "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
-                "mini.utils.data.distributed", "mini.utils.checkpoint",
-                "mini.jit", "mini.jit.fusion", "mini.napkin.compile")
+                "mini.utils.data.distributed", "mini.utils.checkpoint")
 
 
 def _import_owner_modules() -> None:

@@ -72,8 +72,7 @@ def registered(slot: str | None, impl: Any):
         known = slot in ex._SLOTS or slot in ex.slots()
     except Exception:  # noqa: BLE001
         known = False
-    dispatcher = getattr(impl, "slot_id", None) == slot and (hasattr(impl, "set_fast_path")
-                                                             or hasattr(impl, "on"))
+    dispatcher = getattr(impl, "slot_id", None) == slot and hasattr(impl, "on")
     if not known or dispatcher or ex._ACTIVE.get(slot) is impl:
         yield  # (mini's own dispatching function for the slot runs what is registered)
         return

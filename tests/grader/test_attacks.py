@@ -117,6 +117,8 @@ def _honest_with(nb_source, prefix: str = "", replace: dict | None = None) -> nb
     """The instructor's notebook (every answer right), with ``prefix`` at the top of the
     first answer cell and the bodies of ``replace`` ({slot: body}) swapped in."""
     nb = nbformat.from_dict(json.loads(json.dumps(nb_source)))
+    for cell in nb.cells:   # a student's copy of the answers carries no canary
+        cell.source = "\n".join(l for l in cell.source.split("\n") if CANARY not in l)
     cells = _cells(nb)
     for slot, body in (replace or {}).items():
         name, params = FUNCTIONS[slot]
