@@ -22,29 +22,15 @@ def _mini():
 def _record(fn, inputs):
     """The graph of ``fn(*inputs)`` recorded with the grader's recorder, lowered, and the
     eager result."""
+    import functools
+
     from mini.autograd import function as F
-    from mini.autograd.tensor import Tensor
     from mini.jit.graph import Graph
     from mini.jit.lowering import lower
     graph = Graph()
     for t in inputs:
         graph.add_input(t)
-
-    def ref(v):
-        if isinstance(v, Tensor):
-            known = graph.ref_of(v)
-            return known if known is not None else graph.capture(v)
-        if type(v) in (list, tuple):
-            return type(v)(ref(x) for x in v)
-        if type(v) is dict:
-            return {k: ref(x) for k, x in v.items()}
-        return v
-
-    def observe(name, op, args, kwargs, run):
-        rargs, rkwargs = ref(tuple(args)), ref(dict(kwargs))
-        out = run()
-        graph.add_node(name, op, rargs, rkwargs, out)
-        return out
+    observe = functools.partial(_grader_record_op, graph)
 
     previous = F.set_op_observer(observe)
     try:
