@@ -107,7 +107,11 @@ def test_test_cells_end_with_the_one_hidden_test_of_their_slot(chapter):
 
 # --------------------------------------------------------------------------- the conversion
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
+# The chapters that the old builders wrote (chapter 01 was written as a source from the start).
+CONVERTED = sorted({rel.split("/")[0] for rel in json.loads(BASELINE.read_text())})
+
+
+@pytest.mark.parametrize("chapter", CONVERTED)
 def test_the_conversion_kept_what_students_see(chapter):
     """Against the notebooks the old builders wrote: same cells, ids and nbgrader metadata,
     the same text in every cell but the few of INTENDED (which must differ)."""
