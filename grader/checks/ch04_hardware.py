@@ -91,7 +91,7 @@ def _expect_inputs_unchanged(after, before, what, names):
             where = ""
             if type(x) is np.ndarray and x.shape == y.shape:
                 i = tuple(int(v) for v in np.argwhere(~((x == y) | (np.isnan(x) & np.isnan(y))))[0])
-                where = f" (first at {i}: it was {y[i]!r}, it is {x[i]!r} after the call)"
+                where = f" (first at {i}: it was {y[i].item()!r}, it is {x[i].item()!r} after the call)"
             fail(f"{what}: your function changed its input {arg_name}{where}. A kernel must "
                  f"leave its inputs as they were: write the result to a new output array")
 
@@ -126,6 +126,8 @@ def _binary_elementwise(fn, name, oracle, gen, variants=()):
     not compact, and the errors the docstring names.  ``variants`` are ``(label, wrong
     oracle, hint)`` of known mistakes: a result equal to one of them gets its hint."""
     slot = fn.slot
+    hint = ("a C++ error shows the line of your source; otherwise: check the dtypes and "
+            "shapes, then hand the kernel compact arrays and a new float32 output of a's shape")
 
     def compare(got, a, b, what, big=False):
         want = oracle(a, b)
@@ -144,14 +146,14 @@ def _binary_elementwise(fn, name, oracle, gen, variants=()):
         for shape in [(1,), (7,), (1000,), (33, 65), (0,), (3, 0), (BIG,), (4, 257, 3)]:
             a, b = _f32(gen, shape), _f32(gen, shape)
             what = f"{name}(a, b) with float32 a, b of shape {shape}"
-            got, after = _call_observed(fn, a, b, name=name)
+            got, after = _call_observed(fn, a, b, name=name, hint=hint)
             _expect_inputs_unchanged(after, (a, b), what, ("a", "b"))
             got = expect_array(got, what, shape=shape, dtype=np.float32)
             compare(got, a, b, what, big=a.size >= BIG)
     with part("views that are not compact", _share(slot, 0.3)):
         for label, a, b in _noncompact_cases(gen):
             what = f"{name}(a, b) with {label}, shape {a.shape}"
-            got, after = _call_observed(fn, a, b, name=name)
+            got, after = _call_observed(fn, a, b, name=name, hint=hint)
             _expect_inputs_unchanged(after, (a, b), what, ("a", "b"))
             got = expect_array(got, what, shape=a.shape, dtype=np.float32)
             want = oracle(np.array(a), np.array(b))
@@ -258,7 +260,9 @@ def check_omp_sum(fn):
         for x in cases:
             what = f"omp_sum(x) for x of shape {x.shape}" + ("" if x.flags.c_contiguous else
                                                               " (a non-compact view)")
-            got, after = _call_observed(fn, x, name="omp_sum")
+            got, after = _call_observed(fn, x, name="omp_sum",
+                                        hint="an empty or non-compact float64 array is valid "
+                                             "input: compact it, and an empty sum is 0.0")
             _expect_inputs_unchanged(after, (x,), what, ("x",))
             got = expect_float(got, what)
             # the same numbers summed in another order: a few ulps of the sum of |x|
@@ -266,14 +270,23 @@ def check_omp_sum(fn):
             tol = 64 * np.finfo(np.float64).eps * float(np.sum(np.abs(x))) + 1e-300
             if abs(got - want) <= tol:
                 continue
-            if x.flags.c_contiguous and got == int(got) and want != int(want):
+            flat = np.ascontiguousarray(x).ravel()
+            for which, rest in (("first", flat[1:]), ("last", flat[:-1])):
+                if x.size > 1 and abs(got - float(np.sum(rest))) <= tol:
+                    fail(f"{what}: expected {want!r}, got {got!r}, the sum without the {which} "
+                         f"element: an off-by-one in the loop's range (every index "
+                         f"0 <= i < n must be summed once)")
+            if x.size == 1 and got == 0.0:
+                fail(f"{what}: expected {want!r}, got 0.0: the one element was never added "
+                     f"(an off-by-one in the loop's range?)")
+            if got == int(got) and want != int(want) and abs(got - want) < x.size:
                 fail(f"{what}: expected {want!r}, got {got!r}, a whole number: the fractions "
                      f"are cut off: the accumulator (or the element read) is an integer type; "
                      f"sum doubles into a double")
-            if x.flags.c_contiguous and got == float(np.float32(got)) and got != want:
-                if abs(got - want) <= 1e-5 * max(1.0, float(np.sum(np.abs(x)))):
-                    fail(f"{what}: expected {want!r}, got {got!r}: a float32 result, off in the "
-                         f"7th digit: the accumulator is a float, not a double")
+            if got == float(np.float32(got)) and \
+                    abs(got - want) <= 1e-5 * max(1.0, float(np.sum(np.abs(x)))):
+                fail(f"{what}: expected {want!r}, got {got!r}: a float32 result, off in the "
+                     f"7th digit: the accumulator is a float, not a double")
             if not x.flags.c_contiguous:
                 fail(f"{what}: expected {want!r}, got {got!r}: the input is not compact; "
                      f"compact it before the kernel reads it as a flat buffer")
@@ -290,7 +303,9 @@ def _matmul_case(fn, a, b, label=""):
     n = b.shape[1]
     what = f"tiled_matmul(a, b) with a {a.shape}{label} and b {b.shape}"
     want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
-    got, after = _call_observed(fn, a, b, name="tiled_matmul")
+    got, after = _call_observed(fn, a, b, name="tiled_matmul",
+                                hint="valid input: float32 [M, K] and [K, N], any strides, any "
+                                     "size including 0")
     _expect_inputs_unchanged(after, (a, b), what, ("a", "b"))
     got = expect_array(got, what, shape=(m, n), dtype=np.float32)
     # float32 products summed over k terms in some order: the error grows like sqrt(k)
