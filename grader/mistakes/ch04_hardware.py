@@ -124,14 +124,14 @@ def view_compact_strides(xp, kernel_size, stride):
                                            (s0, s2 * sh, s3 * sw, s1, s2, s3), writeable=False)
 
 
-def _view(xp, kernel_size, stride):
+def _view(xp, kernel_size, stride, writeable=False):
     n, c, hp, wp = xp.shape
     kh, kw = kernel_size
     sh, sw = stride
     ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
     s0, s1, s2, s3 = xp.strides
     return np.lib.stride_tricks.as_strided(xp, (n, ho, wo, c, kh, kw),
-                                           (s0, s2 * sh, s3 * sw, s1, s2, s3), writeable=False)
+                                           (s0, s2 * sh, s3 * sw, s1, s2, s3), writeable=writeable)
 
 
 def im2col_padding_one_side(x, kernel_size, stride, padding):
@@ -365,13 +365,7 @@ def matmul_converts_dtype(a, b):
 
 def view_writeable(xp, kernel_size, stride):
     """as_strided with its default writeable=True: a write through one window changes others."""
-    n, c, hp, wp = xp.shape
-    kh, kw = kernel_size
-    sh, sw = stride
-    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
-    s0, s1, s2, s3 = xp.strides
-    return np.lib.stride_tricks.as_strided(xp, (n, ho, wo, c, kh, kw),
-                                           (s0, s2 * sh, s3 * sw, s1, s2, s3))
+    return _view(xp, kernel_size, stride, writeable=True)
 
 
 def im2col_pads_into_float64(x, kernel_size, stride, padding):
