@@ -146,8 +146,11 @@ def _binary_elementwise(fn, name, oracle, gen, variants=()):
         for shape in [(1,), (7,), (1000,), (33, 65), (0,), (3, 0), (BIG,), (4, 257, 3)]:
             a, b = _f32(gen, shape), _f32(gen, shape)
             what = f"{name}(a, b) with float32 a, b of shape {shape}"
-            got, after = _call_observed(fn, a, b, name=name, hint=hint)
-            _expect_inputs_unchanged(after, (a, b), what, ("a", "b"))
+            if a.size >= BIG:   # not sent back: the small arrays show a changed input
+                got = _call(fn, a, b, name=name, hint=hint)
+            else:
+                got, after = _call_observed(fn, a, b, name=name, hint=hint)
+                _expect_inputs_unchanged(after, (a, b), what, ("a", "b"))
             got = expect_array(got, what, shape=shape, dtype=np.float32)
             compare(got, a, b, what, big=a.size >= BIG)
     with part("views that are not compact", _share(slot, 0.3)):
