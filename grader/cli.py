@@ -15,6 +15,7 @@ Learners and self-learners::
 
     mini-course workspace                        # workspace/NN_topic/ student notebooks
     mini-course check 03                         # run my notebook, table of what passes
+    mini-course export ~/my-mini                 # my mini as a package, with mini's tests
 
 Authors and maintainers::
 
@@ -135,6 +136,12 @@ def _cmd_workspace(a) -> int:
     from grader.course import workspace
     path = workspace(a.dir, log=lambda msg: print(msg, file=sys.stderr))
     print(path)  # the only line on stdout: `WS=$(mini-course workspace)`
+    return 0
+
+
+def _cmd_export(a) -> int:
+    from grader.own import export
+    export(a.dir, a.workspace, log=lambda msg: print(msg, file=sys.stderr))
     return 0
 
 
@@ -261,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "path on stdout (progress goes to stderr)")
     s.add_argument("--dir", default=None, help="default: workspace/ at the repository root")
     s.set_defaults(func=_cmd_workspace)
+
+    s = sub.add_parser("export", help="write your mini as a Python package: mini with your "
+                                      "code in every slot you wrote, a README of what is "
+                                      "whose, and mini's tests (run `pytest` there)")
+    s.add_argument("dir", help="a new (or empty) folder")
+    s.add_argument("--workspace", default=None,
+                   help="default: $MINI_WORKSPACE or workspace/ at the repository root")
+    s.set_defaults(func=_cmd_export)
 
     s = sub.add_parser("build", help="build the chapter notebooks from their sources "
                                      "(course/sources/NN_topic/*.md)")
