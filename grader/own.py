@@ -290,14 +290,20 @@ def _param_names(fn: ast.FunctionDef) -> list[str]:
         [x.arg for x in a.kwonlyargs] + [f"**{a.kwarg.arg}" if a.kwarg else ""]
 
 
-def _call_args(fn: ast.FunctionDef) -> str:
-    a = fn.args
-    parts = [x.arg for x in a.posonlyargs + a.args]
-    if a.vararg:
-        parts.append(f"*{a.vararg.arg}")
-    parts += [f"{x.arg}={x.arg}" for x in a.kwonlyargs]
-    if a.kwarg:
-        parts.append(f"**{a.kwarg.arg}")
+def _call_args(reference: ast.FunctionDef, learner: ast.FunctionDef) -> str:
+    """The reference's parameters passed on to the learner's function: positionally as far
+    as it takes them, keyword-only ones where it has them."""
+    r, m = reference.args, learner.args
+    positional = [x.arg for x in r.posonlyargs + r.args]
+    if not m.vararg:
+        positional = positional[:len(m.posonlyargs + m.args)]
+    parts = list(positional)
+    if r.vararg and m.vararg:
+        parts.append(f"*{r.vararg.arg}")
+    theirs = {x.arg for x in m.kwonlyargs}
+    parts += [f"{x.arg}={x.arg}" for x in r.kwonlyargs if x.arg in theirs or m.kwarg]
+    if r.kwarg and m.kwarg:
+        parts.append(f"**{r.kwarg.arg}")
     return ", ".join(parts)
 
 
@@ -332,9 +338,10 @@ def learner_body(cell: str, slot: str, reference: ast.FunctionDef) -> str:
     else:
         first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
         own = [l for l in lines[first - 1:fn.end_lineno] if not l.lstrip().startswith("@implement")]
-        body = textwrap.dedent("\n".join(own)) + f"\n\nreturn {fn.name}({_call_args(reference)})"
+        body = textwrap.dedent("\n".join(own)) + f"\n\nreturn {fn.name}({_call_args(reference, fn)})"
     parts = [textwrap.dedent(e) for e in extra] + [body.strip("\n")]
-    return "\n".join(parts)
+    markers = ("### BEGIN SOLUTION", "### END SOLUTION")   # (a copied reference has them)
+    return "\n".join(l for l in "\n".join(parts).splitlines() if l.strip() not in markers)
 
 
 def _replace_regions(path: Path, bodies: dict[str, tuple[str, str]], notes: dict[str, str]) -> None:
