@@ -119,14 +119,17 @@ def _slots_upto(chapter: str, this_chapter: bool) -> list[str]:
     return sorted(s for s in slots() if int(s[:2]) < c or (this_chapter and int(s[:2]) == c))
 
 
-def status(slot: str) -> tuple[str, str]:
-    """(``"yours"`` / ``"reference"`` / ``"not written"``, where from or why)."""
+def status(slot: str, chapter: str | None = None) -> tuple[str, str]:
+    """(``"yours"`` / ``"reference"`` / ``"not written"``, where from or why); ``chapter``:
+    the notebook's chapter (its own slots are yours once their cell has run)."""
     from mini import exercises as ex
     if slot in ex._ACTIVE:
         return "yours", _STATE["loaded"].get(slot, "this notebook")
     if ex.runs_reference(slot):
         why = _STATE["why"].get(slot)
-        if why is None:
+        if why is None and chapter is not None and slot[:2] == chapter:
+            why = "mini's own solution (this copy of mini has it): run your cell to use yours"
+        elif why is None:
             why = "references only" if _STATE["setting"] == REFERENCES else "not written yet"
         return "reference", why
     return "not written", "write it in this notebook"
@@ -143,9 +146,9 @@ def table(upto: str | int | None = None, this_chapter: bool = True) -> str:
     one row per slot.  ``this_chapter``: include the chapter's own slots (the payoff's
     table; the setup cell's shows the earlier chapters only)."""
     chapter = f"{int(upto):02d}" if upto is not None else _STATE["chapter"] or "99"
-    rows = [(s, _layer(s)) + status(s) for s in _slots_upto(chapter, this_chapter)]
+    rows = [(s, _layer(s)) + status(s, chapter) for s in _slots_upto(chapter, this_chapter)]
     lines = [f"Your mini ({'chapters before ' + chapter if not this_chapter else 'so far'}): "
-             f"{_STATE.get('note', 'mini references only')}"]
+             f"{_STATE.get('note', 'what runs in this notebook')}"]
     if not rows:
         return lines[0] + "\n  (no earlier chapters: everything you build starts here)"
     counts = {layer: [r[2] == "yours" for r in rows if r[1] == layer] for layer, _ in LAYERS}
