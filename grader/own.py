@@ -233,6 +233,7 @@ def load_earlier_chapters(ws: Path, chapter: str) -> tuple[dict[str, str], dict[
     {slot: why it runs the reference})``."""
     from grader.worker.execute import run_cells
     from mini import exercises as ex
+    from mini import yours
 
     ws = Path(ws).resolve()
     before = int(chapter)
@@ -249,8 +250,13 @@ def load_earlier_chapters(ws: Path, chapter: str) -> tuple[dict[str, str], dict[
                  if c["grade_id"] in keep or c["grade_id"].endswith("setup")]
         before_active = dict(ex._ACTIVE)
         namespace = {"__name__": "__your_mini__"}
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            report = run_cells(cells, namespace)
+        yours.LOADING[0] = True   # (the earlier setup cell's own use_your_code does nothing)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                report = run_cells(cells, namespace)
+        finally:
+            yours.LOADING[0] = False
         failed = {r["grade_id"]: r["raised"] for r in report if r["raised"] is not None}
         for slot in list(ex._ACTIVE):   # only the passing answers stay registered
             if slot in passing and solution_grade_id(slot) not in failed:

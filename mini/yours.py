@@ -44,6 +44,9 @@ LAYERS = [("ndarray", "strided arrays, views"), ("backends", "C++ kernels"),
 # What the setup cell decided: {"setting", "chapter", "loaded": {slot: notebook},
 # "why": {slot: reason it runs the reference}}
 _STATE: dict = {"setting": REFERENCES, "chapter": None, "loaded": {}, "why": {}}
+#: True while an earlier chapter's cells are being loaded: their setup cell's own call of
+#: use_your_code must not load (or print) anything.
+LOADING = [False]
 
 
 def setting(value: str | None = None, *, in_workspace: bool) -> str:
@@ -87,6 +90,8 @@ def _workspace_of(folder: Path) -> dict | None:
 def use_your_code(value: str | None = None, *, chapter: str | int, show: bool = True) -> dict:
     """Decide which earlier slots run your code (see the module docstring), register the
     passing ones, print the table (``show``), and return what was decided."""
+    if LOADING[0]:
+        return dict(_STATE)
     chapter = f"{int(chapter):02d}"
     folder = _chapter_folder()
     ws = _workspace_of(folder)

@@ -275,3 +275,15 @@ def test_proof(proof_workspace, tmp_path):
                             *failed], cwd=dest, capture_output=True, text=True,
                            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     assert again.returncode == 0, again.stdout[-3000:]
+
+
+def test_an_earlier_setup_cell_loaded_again_loads_nothing(monkeypatch):
+    """While grader.own runs an earlier chapter's cells (its setup cell calls
+    use_your_code too), that call leaves everything as it is."""
+    import grader.own
+    monkeypatch.setattr(grader.own, "load_earlier_chapters",
+                        lambda *a: pytest.fail("loaded from inside a load"))
+    monkeypatch.setattr(yours, "_STATE", dict(yours._STATE, chapter="05", loaded={"02.x": "nb"}))
+    monkeypatch.setattr(yours, "LOADING", [True])
+    assert yours.use_your_code("mine", chapter="03")["chapter"] == "05"
+    assert yours._STATE["loaded"] == {"02.x": "nb"}
