@@ -210,10 +210,10 @@ def _learners_slots() -> frozenset:
     ``mini-course export`` lists them in ``mini/_yours.py``): no fast path stands in for
     them, so mini runs, and its tests test, the learner's code."""
     try:
-        from mini._yours import SLOTS
+        from mini import _yours
     except ImportError:
         return frozenset()
-    return frozenset(SLOTS)
+    return frozenset(_yours.SLOTS)
 
 
 def _is_stub(fn: Callable) -> bool:

@@ -287,3 +287,15 @@ def test_an_earlier_setup_cell_loaded_again_loads_nothing(monkeypatch):
     monkeypatch.setattr(yours, "LOADING", [True])
     assert yours.use_your_code("mine", chapter="03")["chapter"] == "05"
     assert yours._STATE["loaded"] == {"02.x": "nb"}
+
+
+def test_an_exported_learners_slot_is_never_replaced_by_a_fast_path(monkeypatch):
+    """In a package written by export, mini/_yours.py lists the learner's slots: their body is
+    the learner's code, so no fast path (a C++ im2col) may stand in for it."""
+    import types
+    monkeypatch.setitem(sys.modules, "mini._yours", types.SimpleNamespace(SLOTS=("04.im2col",)))
+    monkeypatch.setattr(ex, "_IS_SOLUTION", {})
+    assert not ex.runs_reference("04.im2col") and ex.runs_reference("04.col2im")
+    monkeypatch.delitem(sys.modules, "mini._yours")
+    monkeypatch.setattr(ex, "_IS_SOLUTION", {})
+    assert ex.runs_reference("04.im2col")
