@@ -299,3 +299,21 @@ def test_an_exported_learners_slot_is_never_replaced_by_a_fast_path(monkeypatch)
     monkeypatch.delitem(sys.modules, "mini._yours")
     monkeypatch.setattr(ex, "_IS_SOLUTION", {})
     assert ex.runs_reference("04.im2col")
+
+
+def test_a_cpp_answer_is_carried_with_its_source_and_builds():
+    """Chapter 04's answers hold their C++ in the cell: the exported body carries it and
+    builds it with load_inline (the compile cache: the same source builds once)."""
+    from grader.checks import solution_grade_id
+    from grader.own import learner_body
+    from mini.backends.cpu import exercises as cpu_exercises
+    nb = nbformat.read(str(REPO / "course" / "04_hardware" / "hardware.ipynb"), as_version=4)
+    cell = next(c.source for c in nb.cells if _gid(c) == solution_grade_id("04.omp_add"))
+    ref = next(n for n in ast.parse(Path(cpu_exercises.__file__).read_text()).body
+               if isinstance(n, ast.FunctionDef) and n.name == "omp_add")
+    body = learner_body(cell, "04.omp_add", ref)
+    assert "#pragma omp parallel for" in body and "load_inline(" in body
+    ns = dict(vars(cpu_exercises))
+    exec("def omp_add(a, b):\n" + textwrap.indent(body, "    ") + "\n", ns)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(ns["omp_add"](a.T, a.T), 2 * a.T)
