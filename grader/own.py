@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -434,10 +435,14 @@ def _copy_tests(dest: Path) -> None:
     for name in ("conftest.py", "float_tolerance.py", "__init__.py"):
         if (tests / name).exists():
             shutil.copy2(tests / name, dest / "tests" / name)
+    def course_tooling(folder, names):   # tests of the course's tooling stay behind
+        return [n for n in names if n in ("__pycache__",) or n.endswith(".pyc") or (
+            n.endswith(".py") and re.search(r"^\s*(from|import) grader\b",
+                                            (Path(folder) / n).read_text(), re.M))]
+
     for d in _TEST_DIRS:
         if (tests / d).is_dir():
-            shutil.copytree(tests / d, dest / "tests" / d,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(tests / d, dest / "tests" / d, ignore=course_tooling)
     import tomllib
     pytest_cfg = tomllib.loads((repo_root() / "pyproject.toml").read_text()) \
         .get("tool", {}).get("pytest", {}).get("ini_options", {})
