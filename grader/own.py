@@ -164,7 +164,7 @@ def _check_notebook(submitted, source, chapter: str, mini_dir: Path,
     return out
 
 
-def _cache_key(cells: list[dict], source, chapter: str) -> str:
+def _cache_key(cells: list[dict], chapter: str) -> str:
     h = hashlib.sha256(f"v{_CACHE_VERSION}".encode())
     for c in cells:
         h.update(json.dumps([c["grade_id"], c["source"]]).encode())
@@ -191,7 +191,7 @@ def learner_verdicts(ws: Path, *, before: int | None = None, course_src: Path | 
     for chapter, nb_path, ref_path in chapter_notebooks(ws, course_src, before):
         submitted, source = _read(nb_path), _read(ref_path)
         rel = str(nb_path.relative_to(ws))
-        key = _cache_key(learner_cells(submitted, source)[0], source, chapter)
+        key = _cache_key(learner_cells(submitted, source)[0], chapter)
         entry = cache.get(rel)
         if not (isinstance(entry, dict) and entry.get("key") == key):
             if log:
@@ -408,8 +408,8 @@ def export(dest: str | Path, ws: str | Path | None = None, *, course_src: Path |
              for s, v in verdicts.items()}
     for p in sorted((dest / "mini").rglob("*.py")):
         if "### BEGIN SOLUTION" in p.read_text():
-            _replace_regions(p, answers, {s: ("you have not written it" if s not in notes
-                                              else notes[s]) for s in _all_slots()})
+            _replace_regions(p, answers, {s: notes.get(s, "you have not written it")
+                                          for s in _all_slots()})
     (dest / "mini" / "_yours.py").write_text(
         '"""Written by `mini-course export`: the slots whose body is the learner\'s code\n'
         '(no fast path stands in for them: mini runs, and its tests test, this code)."""\n'
