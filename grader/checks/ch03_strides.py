@@ -842,9 +842,9 @@ class _CompactStridesProbe:
                 continue
             got = (f"raises {value}" if status == "raised" else
                    f"returns {tuple(value) if type(value) is list else value}")
-            return (f"first fix exercise 1 (03.compact_strides): your compact_strides{shape} "
-                    f"{got}, expected {want}, and a reshape_strides that uses it inherits the "
-                    f"error. ")
+            return (f"first fix exercise 1 (03.compact_strides): your "
+                    f"{call_text('compact_strides', shape)} {got}, expected {want}, and a "
+                    f"reshape_strides that uses it inherits the error. ")
         return ""
 
     @contextlib.contextmanager

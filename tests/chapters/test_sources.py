@@ -39,7 +39,6 @@ SETUP = "the setup cell imports the shared helpers from mini.notebook instead of
 ARRAY_CHECKS = "visible checks call mini.notebook's expect_array_close (numpy results, dtype checked)"
 INTENDED = {
     "02_autodiff/autodiff.ipynb": {"ch02-01": SETUP},
-    "03_strides/strides.ipynb": {"ch03-01": SETUP},
     "04_hardware/hardware.ipynb": {"ch04-01": SETUP, "ch04-12": ARRAY_CHECKS,
                                    "ch04-20": ARRAY_CHECKS, "ch04-26": ARRAY_CHECKS,
                                    "ch04-37": ARRAY_CHECKS, "ch04-40": ARRAY_CHECKS,
