@@ -3,7 +3,9 @@
 Each check receives a handle on the student's function (:class:`grader.checks.student.
 Student`): arguments go out and results come back as plain data (tuples, ints, slices,
 numpy arrays), so every comparison below is on values this process decoded itself.
-``03.slice_view`` and ``03.reshape`` give partial credit by named parts.
+``03.slice_view``, ``03.broadcast_to``, ``03.reshape`` and ``03.compact`` (the exercises worth
+12 points or more) give partial credit by named parts.  ``inventory/ch03.md`` lists every
+behaviour each exercise promises and the case that checks it.
 
 numpy is the oracle.  Every metadata question (strides, offset, shape of a view) is asked
 of a real numpy view over ``base = np.arange(n)`` (int64): a view's strides in elements are
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import numpy as np
 
@@ -25,6 +28,7 @@ from grader.checks import check, part
 from grader.checks.helpers import (CheckFailed, call, call_text, describe, expect_array,
                                    expect_choice, expect_int, expect_raises, expect_tuple_of_ints,
                                    fail, raised_as_failure, rng)
+from grader.worker.codec import ExceptionRecord
 
 CANARY = "mini-grader-canary: hidden checks of chapter 03 (never in feedback)"
 
@@ -138,6 +142,22 @@ def _call(fn, *args, name: str, hint: str = ""):
         return call(fn, *args, name=name)
     except CheckFailed as e:
         raise CheckFailed(f"{e.message}; {hint}" if hint else e.message) from None
+
+
+def _names_values(rec, label: str, what: str, *values) -> None:
+    """The error a docstring promises to be clear must name ``values`` (tuples of ints, or
+    ints): each tuple's numbers in order, in any notation ("(2, 3)", "[2, 3]", "2x3")."""
+    if type(rec) is not ExceptionRecord:
+        return
+    text = rec.message if type(rec.message) is str else ""
+    for v in values:
+        numbers = v if type(v) is tuple else (v,)
+        if not numbers:
+            continue
+        pattern = r"(?<!\d)" + r"\D+".join(str(int(n)) for n in numbers) + r"(?!\d)"
+        if not re.search(pattern, text):
+            fail(f"{label} raised {rec.text()}: the right kind of error, but its message should "
+                 f"name {what} (here {v}), so that whoever sees it knows what went wrong")
 
 
 def _layout_result(value, what: str):
@@ -548,10 +568,11 @@ def check_permute(fn):
             hint = ("you permuted the shape but not the strides: both must be reordered the "
                     "same way, otherwise the view reads the wrong elements")
         elif (gshape, gstrides) == (ishape, istrides):
-            hint = ("you applied the inverse permutation: new axis i is old axis axes[i], "
-                    "so new_shape[i] = shape[axes[i]] (not new_shape[axes[i]] = shape[i])")
+            hint = ("you applied the inverse permutation: axes[i] names the OLD axis that "
+                    "becomes new axis i, not where old axis i goes")
         else:
-            hint = "new axis i is old axis axes[i]: new_shape[i] = shape[axes[i]], likewise strides"
+            hint = ("new axis i is old axis axes[i]: its length and its stride both come from "
+                    "that old axis")
         fail(f"{what}: expected ({eshape}, {estrides}), got ({gshape}, {gstrides}); {hint}")
     for shape, strides, axes, hint in [
         ((2, 3), (3, 1), (0, 0), "an axis listed twice is not a permutation: raise ValueError"),
@@ -563,7 +584,9 @@ def check_permute(fn):
         ((2, 3), (3, 1), (1, -1), "-1 is axis 1 of a 2-d array, so (1, -1) lists axis 1 twice: "
                                   "raise ValueError"),
     ]:
-        expect_raises(ValueError, fn, shape, strides, axes, name="permute", hint=hint)
+        rec = expect_raises(ValueError, fn, shape, strides, axes, name="permute", hint=hint)
+        _names_values(rec, call_text("permute", shape, strides, axes),
+                      "the axes it was given and the array's rank", axes, len(shape))
 
 
 # =========================================================================== 03.broadcast_to
@@ -683,8 +706,10 @@ def check_broadcast_to(fn):
             ((0,), (1,), (3,), "an axis of length 0 is not of length 1: it cannot grow to 3, "
                                "raise ValueError"),
         ]:
-            expect_raises(ValueError, fn, shape, strides, new_shape, name="broadcast_to",
-                          hint=hint)
+            rec = expect_raises(ValueError, fn, shape, strides, new_shape, name="broadcast_to",
+                                hint=hint)
+            _names_values(rec, call_text("broadcast_to", shape, strides, new_shape),
+                          "both shapes", shape, new_shape)
 
 
 # =========================================================================== 03.reshape
@@ -724,8 +749,8 @@ def _reshape_case(fn, base, v, new_shape):
                  f"not one evenly spaced run in the order of new_shape, so no strides can show "
                  f"it as {new_shape} and reshape has to copy; returning strides anyway makes "
                  f"reshape read the wrong elements (did you return compact row-major strides "
-                 f"without checking that each merged group of axes is contiguous, "
-                 f"stride[i] == stride[i+1] * shape[i+1]?)")
+                 f"without checking that the old axes merged into one are contiguous with each "
+                 f"other?)")
         return
     if got is None:
         _, es, _ = _meta(expected_view, base)

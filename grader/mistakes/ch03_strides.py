@@ -422,6 +422,24 @@ def broadcast_zip_from_the_right(shape, strides, new_shape):
     return tuple(reversed(out))
 
 
+def broadcast_error_names_no_shape(shape, strides, new_shape):
+    """Right strides, but its ValueError says only 'cannot broadcast'."""
+    from mini.exercises import reference
+    try:
+        return reference("03.broadcast_to")(shape, strides, new_shape)
+    except ValueError:
+        raise ValueError("cannot broadcast") from None
+
+
+def permute_error_names_nothing(shape, strides, axes):
+    """Right result, but its ValueError says only 'invalid axes'."""
+    ndim = len(shape)
+    normalized = [a + ndim if a < 0 else a for a in axes]
+    if sorted(normalized) != list(range(ndim)):
+        raise ValueError("invalid axes")
+    return tuple(shape[a] for a in normalized), tuple(strides[a] for a in normalized)
+
+
 def _reshape_groups(shape, strides, new_shape, *, drop_ones=True, inner_stride="inner",
                     small_arrays=True):
     """The reference's grouping rule, with switches for the mistakes below."""
@@ -567,6 +585,10 @@ MISTAKES = [
             expect_message="0 included"),
     Mistake("03.broadcast_to", "zip from the right accepts fewer dimensions",
             broadcast_zip_from_the_right, expect_message="fewer dimensions"),
+    Mistake("03.broadcast_to", "error message without the shapes", broadcast_error_names_no_shape,
+            expect_message="should name both shapes"),
+    Mistake("03.permute", "error message without the axes", permute_error_names_nothing,
+            expect_message="should name the axes it was given"),
     Mistake("03.reshape", "group laid out from its outer stride", reshape_outer_stride,
             expect_message="read the wrong elements"),
     Mistake("03.reshape", "length-1 axes constrain the view", reshape_length_one_axes_count,
