@@ -32,7 +32,7 @@ from mini.utils.cpp_extension import CompileError
 
 __all__ = ["needs_exercises", "values", "expect", "expect_close", "expect_array_close",
            "expect_pair", "expect_raises", "INTERACTIVE", "run_check", "answer_digest",
-           "self_check"]
+           "self_check", "answered"]
 
 # Live widgets, redrawn plots and progress bars only help a person watching: not while
 # nbgrader autogrades (NBGRADER_EXECUTION) nor where the course turns them off.
@@ -153,6 +153,22 @@ def answer_digest(answer) -> str:
     else:
         text = repr(answer)
     return hashlib.sha256(f"mini-self-check:{text}".encode()).hexdigest()[:12]
+
+
+def answered(fn: Callable, slot_id: str):
+    """``fn()``, the answer to a self-check question; if the answer cell is still the
+    template's bare ``raise NotImplementedError()``, say which question to answer and where
+    (Run All stops there with that message)."""
+    try:
+        return fn()
+    except NotImplementedError as e:
+        if e.args:
+            raise
+        err = NotImplementedError(
+            f"self-check {slot_id} is not answered yet: make {fn.__name__}() in the cell above "
+            f"return your answer (replace `raise NotImplementedError()`) and run that cell")
+        err.slot_id = slot_id
+        raise err from None
 
 
 def self_check(answer, verdicts: dict[str, tuple[bool, str]], otherwise: str) -> bool:

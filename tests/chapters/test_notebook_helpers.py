@@ -86,6 +86,24 @@ def test_self_check_tells_right_or_wrong_without_printing_the_answer(capsys):
     assert "one letter" in capsys.readouterr().out
 
 
+def test_answered_names_the_unanswered_self_check():
+    from mini.notebook import answered
+
+    def answer_views():
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError, match=r"self-check 03.quiz_views is not answered yet: "
+                                                  r"make answer_views\(\) in the cell above") as e:
+        answered(answer_views, "03.quiz_views")
+    assert e.value.slot_id == "03.quiz_views"
+    assert answered(lambda: "B", "03.quiz_views") == "B"
+
+    def on_purpose():
+        raise NotImplementedError("my own message")
+    with pytest.raises(NotImplementedError, match="my own message"):
+        answered(on_purpose, "03.quiz_views")
+
+
 def test_expect_close_on_tensors():
     expect_close(mini.tensor([1.0, 2.0]), [1.0, 2.0 + 1e-8], "f(x)", "hint")
     expect_close(0.1, 0.1 + 1e-9, "lr at step 0")                 # a number where one is expected
