@@ -745,12 +745,14 @@ def _reshape_case(fn, base, v, new_shape):
     if expected_view is None:
         if got is not None:
             gs = expect_tuple_of_ints(got, what)
+            cause = ("you returned the compact strides of the new shape, right only for "
+                     "contiguous input: check that the old axes merged into one are contiguous "
+                     "with each other" if gs == _c_strides(new_shape) else
+                     "the old axes merged into one new axis must be contiguous with each other")
             fail(f"{what} should return None, got strides {gs}: the elements of this array are "
                  f"not one evenly spaced run in the order of new_shape, so no strides can show "
                  f"it as {new_shape} and reshape has to copy; returning strides anyway makes "
-                 f"reshape read the wrong elements (did you return compact row-major strides "
-                 f"without checking that the old axes merged into one are contiguous with each "
-                 f"other?)")
+                 f"reshape read the wrong elements ({cause})")
         return
     if got is None:
         _, es, _ = _meta(expected_view, base)
