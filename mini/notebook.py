@@ -83,6 +83,8 @@ def expect(got, expected, call: str, hint: str, wrong: dict | None = None) -> No
         if type(got) is type(value) and got == value:
             hint = why
             break
+    if isinstance(got, np.integer) and type(expected) is int and int(got) == expected:
+        hint = "the value is right, but return a plain Python int, not a numpy integer"
     if isinstance(got, list) and tuple(got) == expected:
         hint = "return a tuple, not a list: tuple(...)"
     raise AssertionError(f"{call} should be {expected!r}, got {got!r}.{_likely(hint)}")

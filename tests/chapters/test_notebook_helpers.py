@@ -70,6 +70,8 @@ def test_expect_names_a_known_wrong_value_and_otherwise_only_the_concept():
         assert all(w not in text for w in wrong.values() if w != shown)
     with pytest.raises(AssertionError, match="Likely mistake: none found"):
         expect(1, None, "g()", "x", wrong={1: "none found"})   # None as the expected value
+    with pytest.raises(AssertionError, match="not a numpy integer"):
+        expect(np.int64(5), 5, "element_offset(...)", "the formula")   # right value, wrong type
 
 
 def test_self_check_tells_right_or_wrong_without_printing_the_answer(capsys):
