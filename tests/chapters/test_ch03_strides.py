@@ -240,6 +240,27 @@ def test_reshape_failing_through_a_wrong_compact_strides_says_to_fix_exercise_1_
     assert not own.passed and "03.compact_strides" not in own.message
 
 
+def test_feedback_on_catalogued_mistakes_never_shows_a_line_of_the_answer():
+    """A failure names the concept; no line of the reference's solution (nor the code
+    fragments earlier hints handed out) appears in any message."""
+    import inspect
+    from grader.checks import run_in_process
+    from grader.mistakes import mistakes_for_chapter
+    from mini.exercises import reference
+
+    given_away = ["max(dim, 1)", "new_shape[i] = shape[axes[i]]", "with .reshape(-1)",
+                  "sum(index[k] * strides[k])", "stride[i] == stride[i+1] * shape[i+1]"]
+    for m in mistakes_for_chapter(3):
+        message = run_in_process(m.slot_id, m.fn).message
+        lines = []
+        if m.slot_id in SLOTS:
+            source = inspect.getsource(reference(m.slot_id))
+            body = source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+            lines = [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 14]
+        for text in lines + given_away:
+            assert text not in message, f"{m.slot_id} / {m.name}: the message shows {text!r}"
+
+
 def test_exercises_of_12_points_or_more_give_partial_credit_by_named_parts():
     from grader.checks import get_check, run_in_process
     from grader.mistakes.ch03_strides import (broadcast_one_to_zero_raises,
