@@ -10,6 +10,7 @@ learner's machine.  The instructor's copy of the notebook (course/) says which c
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def check_notebook(nb_path: str | Path, instructor_nb: str | Path | None = None,
                    timeout: int = 120) -> list[ExerciseResult]:
     """Execute ``nb_path`` and grade it; one :class:`ExerciseResult` per graded test cell.
     Raises ``RuntimeError`` when the notebook cannot run at all (no kernel)."""
+    from traitlets.config import Config
     from nbclient import NotebookClient
 
     from grader.grading import grade_notebook, hidden_tests
@@ -69,9 +71,16 @@ def check_notebook(nb_path: str | Path, instructor_nb: str | Path | None = None,
     for cell in run.cells:  # the hidden tests are graded below, not in the kernel
         if cell.cell_type == "code":
             cell.source = remove_hidden(cell.source)
-    client = NotebookClient(run, timeout=timeout, allow_errors=True, kernel_name="python3",
-                            resources={"metadata": {"path": str(nb_path.parent)}})
-    client.execute()
+    with tempfile.TemporaryDirectory(prefix="mini-check-") as sockets:
+        # Unix sockets, not TCP on localhost: nothing else on the machine can connect, and
+        # the kernel does not warn on every run that its TCP traffic is unencrypted.
+        config = Config()
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(Path(sockets) / "kernel")
+        client = NotebookClient(run, config=config, timeout=timeout, allow_errors=True,
+                                kernel_name="python3",
+                                resources={"metadata": {"path": str(nb_path.parent)}})
+        client.execute()
     mini_dir = nb_path.parent / "mini"
     grade = None
     if hidden_tests(ref):

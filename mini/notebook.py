@@ -13,6 +13,7 @@ saying what a visible check expected and what came back).
 - :func:`expect` (exact values: ints, tuples), :func:`expect_close` (mini tensors),
   :func:`expect_array_close` (numpy arrays), :func:`expect_pair`, :func:`expect_raises`:
   visible checks that say what was expected, what came back and the likely mistake.
+- :func:`self_check`: tell right or wrong on a self-check question, with a short why.
 - :func:`values`: a mini tensor's numbers as a float64 numpy array.
 - :data:`INTERACTIVE`: whether live widgets, plots and progress bars are worth drawing.
 - :func:`run_check`: the hidden tests of an exercise where the grader is installed.
@@ -30,7 +31,8 @@ from mini.autograd.tensor import Tensor
 from mini.utils.cpp_extension import CompileError
 
 __all__ = ["needs_exercises", "values", "expect", "expect_close", "expect_array_close",
-           "expect_pair", "expect_raises", "INTERACTIVE", "run_check"]
+           "expect_pair", "expect_raises", "INTERACTIVE", "run_check", "answer_digest",
+           "self_check", "answered"]
 
 # Live widgets, redrawn plots and progress bars only help a person watching: not while
 # nbgrader autogrades (NBGRADER_EXECUTION) nor where the course turns them off.
@@ -67,14 +69,22 @@ def _plain(value) -> bool:
     return value is None or type(value) is int
 
 
-def expect(got, expected, call: str, hint: str) -> None:
+def expect(got, expected, call: str, hint: str, wrong: dict | None = None) -> None:
     """A visible check of an exact result (ints, tuples of ints, None): say what was
-    expected, what came back, and the likely mistake."""
+    expected, what came back, and the likely mistake.  ``hint`` names the concept (it must
+    hold whatever wrong value came back); ``wrong`` maps values that known mistakes return to
+    the mistake, shown instead of ``hint`` when ``got`` is one of them."""
     if type(got) is type(expected) and got == expected:
         if not _plain(got):
             raise AssertionError(f"{call} returned {got!r}: use plain Python ints "
                                  f"(convert numpy integers with int(...))")
         return
+    for value, why in (wrong or {}).items():
+        if type(got) is type(value) and got == value:
+            hint = why
+            break
+    if isinstance(got, np.integer) and type(expected) is int and int(got) == expected:
+        hint = "the value is right, but return a plain Python int, not a numpy integer"
     if isinstance(got, list) and tuple(got) == expected:
         hint = "return a tuple, not a list: tuple(...)"
     raise AssertionError(f"{call} should be {expected!r}, got {got!r}.{_likely(hint)}")
@@ -132,6 +142,45 @@ def expect_raises(error: type[BaseException], fn: Callable, *args, hint: str) ->
     call = f"{fn.__name__}{shown}" if len(shown) <= 80 else fn.__name__
     raise AssertionError(f"{call} should raise {error.__name__}, but returned {result!r}."
                          f"{_likely(hint)}")
+
+
+def answer_digest(answer) -> str:
+    """A short fingerprint of a self-check answer (a letter, case and spaces ignored, or a
+    whole number), so a notebook can tell right from wrong without printing the answer."""
+    import hashlib
+    if isinstance(answer, str):
+        text = answer.strip().upper()
+    elif isinstance(answer, (int, np.integer)) and not isinstance(answer, bool):
+        text = str(int(answer))
+    else:
+        text = repr(answer)
+    return hashlib.sha256(f"mini-self-check:{text}".encode()).hexdigest()[:12]
+
+
+def answered(fn: Callable, slot_id: str):
+    """``fn()``, the answer to a self-check question; if the answer cell is still the
+    template's bare ``raise NotImplementedError()``, say which question to answer and where
+    (Run All stops there with that message)."""
+    try:
+        return fn()
+    except NotImplementedError as e:
+        if e.args:
+            raise
+        err = NotImplementedError(
+            f"self-check {slot_id} is not answered yet: make {fn.__name__}() in the cell above "
+            f"return your answer (replace `raise NotImplementedError()`) and run that cell")
+        err.slot_id = slot_id
+        raise err from None
+
+
+def self_check(answer, verdicts: dict[str, tuple[bool, str]], otherwise: str) -> bool:
+    """Say whether a self-check answer is right, with a short why.  ``verdicts`` maps
+    :func:`answer_digest` of the answers the author foresaw to ``(right, why)``;
+    ``otherwise`` is the why for any other answer.  Prints, returns whether it is right, and
+    never raises: a wrong answer must not stop Run All."""
+    right, why = verdicts.get(answer_digest(answer), (False, otherwise))
+    print(("Right. " if right else f"Not right ({answer!r}). ") + why)
+    return right
 
 
 def run_check(slot_id: str, fn: Callable) -> None:

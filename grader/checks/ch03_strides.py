@@ -3,7 +3,9 @@
 Each check receives a handle on the student's function (:class:`grader.checks.student.
 Student`): arguments go out and results come back as plain data (tuples, ints, slices,
 numpy arrays), so every comparison below is on values this process decoded itself.
-``03.slice_view`` and ``03.reshape`` give partial credit by named parts.
+``03.slice_view``, ``03.broadcast_to``, ``03.reshape`` and ``03.compact`` (the exercises worth
+12 points or more) give partial credit by named parts.  ``inventory/ch03.md`` lists every
+behaviour each exercise promises and the case that checks it.
 
 numpy is the oracle.  Every metadata question (strides, offset, shape of a view) is asked
 of a real numpy view over ``base = np.arange(n)`` (int64): a view's strides in elements are
@@ -16,7 +18,9 @@ answer matches a known wrong rule -- the likely mistake.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 
 import numpy as np
 
@@ -24,6 +28,7 @@ from grader.checks import check, part
 from grader.checks.helpers import (CheckFailed, call, call_text, describe, expect_array,
                                    expect_choice, expect_int, expect_raises, expect_tuple_of_ints,
                                    fail, raised_as_failure, rng)
+from grader.worker.codec import ExceptionRecord
 
 CANARY = "mini-grader-canary: hidden checks of chapter 03 (never in feedback)"
 
@@ -139,6 +144,22 @@ def _call(fn, *args, name: str, hint: str = ""):
         raise CheckFailed(f"{e.message}; {hint}" if hint else e.message) from None
 
 
+def _names_values(rec, label: str, what: str, *values) -> None:
+    """The error a docstring promises to be clear must name ``values`` (tuples of ints, or
+    ints): each tuple's numbers in order, in any notation ("(2, 3)", "[2, 3]", "2x3")."""
+    if type(rec) is not ExceptionRecord:
+        return
+    text = rec.message if type(rec.message) is str else ""
+    for v in values:
+        numbers = v if type(v) is tuple else (v,)
+        if not numbers:
+            continue
+        pattern = r"(?<!\d)" + r"\D+".join(str(int(n)) for n in numbers) + r"(?!\d)"
+        if not re.search(pattern, text):
+            fail(f"{label} raised {rec.text()}: the right kind of error, but its message should "
+                 f"name {what} (here {v}), so that whoever sees it knows what went wrong")
+
+
 def _layout_result(value, what: str):
     """Validate ``(shape, strides, offset)`` as returned by slice_view."""
     if type(value) is not tuple or len(value) != 3:
@@ -169,6 +190,8 @@ def _diagnose_compact_strides(shape, got, expected) -> str:
                     f"mini counts strides in elements, not bytes")
     if shape and got == tuple(reversed(expected)) and got != expected:
         return "the strides are in reverse order: the first entry belongs to axis 0"
+    if not shape and got:
+        return "a 0-d array (shape ()) has no axes, so it has no strides: an empty tuple"
     if 0 in shape:
         naive, step = [], 1
         for d in reversed(shape):
@@ -176,8 +199,8 @@ def _diagnose_compact_strides(shape, got, expected) -> str:
             step *= d
         if got == tuple(reversed(naive)):
             return ("with a size-0 axis, multiplying by its length makes the strides of the axes "
-                    "before it 0; count a size-0 axis as length 1 (max(dim, 1)) so strides stay "
-                    "positive")
+                    "before it 0; the exercise's convention counts a size-0 axis as length 1, so "
+                    "every stride stays positive")
     incl = []
     step = 1
     for d in reversed(shape):
@@ -199,7 +222,9 @@ def check_compact_strides(fn):
                       for _ in range(TRIALS)]
     for shape in shapes:
         what = call_text("compact_strides", shape)
-        got = expect_tuple_of_ints(_call(fn, shape, name="compact_strides"), what)
+        got = expect_tuple_of_ints(_call(fn, shape, name="compact_strides",
+                                         hint="compact_strides must work for every shape: "
+                                              "(), lengths of 0 and 1 included"), what)
         if 0 in shape:
             expected = _c_strides(shape)
         else:
@@ -227,14 +252,17 @@ def check_offset(fn):
         cases.append((index, strides, offset, int(v[index])))
     for index, strides, offset, expected in cases:
         what = call_text("element_offset", index, strides, offset)
-        got = expect_int(_call(fn, index, strides, offset, name="element_offset"), what)
+        got = expect_int(_call(fn, index, strides, offset, name="element_offset",
+                               hint="element_offset must accept any index that fits the strides, "
+                                    "a 0-d index () and negative strides included"), what)
         if got == expected:
             continue
-        hint = "the position is offset + sum(index[k] * strides[k])"
+        hint = ("the position is the view's offset plus, for every axis, the index along that "
+                "axis times that axis's stride")
         plain = sum(i * s for i, s in zip(index, strides))
         if offset and got == plain:
             hint = ("you forgot the starting offset: a view need not start at position 0 of "
-                    "the buffer, so add offset to sum(index[k] * strides[k])")
+                    "the buffer")
         elif len(index) > 1 and got == offset + sum(i * s for i, s in zip(index, reversed(strides))):
             hint = "index k pairs with strides[k]; you paired the index with the strides reversed"
         elif any(s < 0 for s in strides) and got == offset + sum(i * abs(s) for i, s in
@@ -267,8 +295,22 @@ def _fmt_key(key) -> str:
     return f"a[{text}]"
 
 
+def _positive_step_bounds(k: slice, d: int):
+    """start, stop, step of ``k`` with the defaults of a positive step (0 and d) whatever
+    the step: the rule of a student who wrote the defaults by hand."""
+    step = 1 if k.step is None else k.step
+
+    def resolve(b, default):
+        if b is None:
+            return default
+        b = b + d if b < 0 else b
+        return min(max(b, -1 if step < 0 else 0), d - 1 if step < 0 else d)
+    return resolve(k.start, 0), resolve(k.stop, d), step
+
+
 def _slice_variant(shape, strides, offset, key, *, ignore_step=False, stop_minus_start=False,
-                   no_wrap=False, no_base_offset=False):
+                   no_wrap=False, no_base_offset=False, positive_defaults=False,
+                   drop_unnamed=False):
     """A wrong rule, to name the mistake when a student's answer matches it.  Returns a
     layout or None when the rule does not apply to this key."""
     items = key if isinstance(key, tuple) else (key,)
@@ -276,7 +318,8 @@ def _slice_variant(shape, strides, offset, key, *, ignore_step=False, stop_minus
         return None
     if sum(1 for k in items if k is not None) > len(shape):
         return None
-    items = items + (slice(None),) * (len(shape) - sum(1 for k in items if k is not None))
+    if not drop_unnamed:
+        items = items + (slice(None),) * (len(shape) - sum(1 for k in items if k is not None))
     out_shape, out_strides = [], []
     pos = 0 if no_base_offset else offset
     axis = 0
@@ -287,7 +330,8 @@ def _slice_variant(shape, strides, offset, key, *, ignore_step=False, stop_minus
             continue
         d, s = shape[axis], strides[axis]
         if isinstance(k, slice):
-            start, stop, step = k.indices(d)
+            start, stop, step = (_positive_step_bounds(k, d) if positive_defaults
+                                 else k.indices(d))
             n = len(range(start, stop, step))
             if stop_minus_start:
                 n = max(stop - start, 0)
@@ -306,6 +350,26 @@ def _diagnose_slice(shape, strides, offset, key, got, expected) -> str:
     items = key if isinstance(key, tuple) else (key,)
     has_step = any(isinstance(k, slice) and k.step not in (None, 1) for k in items)
     has_neg_int = any(type(k) is int and k < 0 for k in items)
+    neg_default = any(isinstance(k, slice) and k.step is not None and k.step < 0
+                      and (k.start is None or k.stop is None) for k in items)
+    named = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if neg_default:
+        by_defaults = _slice_variant(shape, strides, offset, key, positive_defaults=True)
+        by_length = _slice_variant(shape, strides, offset, key, stop_minus_start=True)
+        if by_defaults is not None and _same_layout(got, by_defaults):
+            if by_length is not None and _same_layout(got, by_length):
+                return ("with a negative step, an omitted start or stop does not mean 0 and the "
+                        "axis length, and the length of the slice is not stop - start: let "
+                        "Python's slice.indices(dim) resolve the bounds for the step, then count "
+                        "the elements of that range")
+            return ("with a negative step, an omitted start or stop does not mean 0 and the axis "
+                    "length (the slice walks backwards from the end): let Python's "
+                    "slice.indices(dim) resolve the bounds for the step")
+    if Ellipsis not in items and named < len(shape):
+        dropped = _slice_variant(shape, strides, offset, key, drop_unnamed=True)
+        if dropped is not None and _same_layout(got, dropped):
+            return ("the axes the key does not name are kept whole (as if the key ended with "
+                    "...); your result dropped them")
     rules = [
         (has_neg_int, dict(no_wrap=True),
          "a negative int index counts from the end of the axis: add the axis length "
@@ -342,11 +406,29 @@ def _check_one_slice(fn, base, v, key):
         items = items + (Ellipsis,)  # numpy then returns a 0-d view instead of a scalar
     expected = _meta(v[items], base)
     what = call_text("slice_view", shape, strides, offset, key)
-    got = _layout_result(_call(fn, shape, strides, offset, key, name="slice_view"), what)
+    got = _layout_result(_call(fn, shape, strides, offset, key, name="slice_view",
+                               hint=_slice_raised_hint(shape, key)), what)
     if not _same_layout(got, expected):
         fail(f"{what} (that is {_fmt_key(key)} for an array a with shape {shape}, strides "
              f"{strides}, offset {offset}): expected (shape, strides, offset) = {expected}, got "
              f"{got}; {_diagnose_slice(shape, strides, offset, key, got, expected)}")
+
+
+def _slice_raised_hint(shape, key) -> str:
+    """Why slice_view may have raised on ``key``, which is a valid index for ``shape``."""
+    items = key if isinstance(key, tuple) else (key,)
+    named = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if any(k is None for k in items) and len(items) - items.count(Ellipsis) > len(shape) >= named:
+        return ("this key is valid: None inserts a new axis and uses up no axis of the array, "
+                "so it does not count towards 'too many indices'")
+    if 0 in shape:
+        return "this key is valid: an axis of length 0 can still be sliced (to length 0)"
+    if any(isinstance(k, slice) and k.step is not None and k.step < 0 for k in items):
+        return "this key is valid: a negative step walks the axis backwards"
+    if not items or key == ():
+        return "this key is valid: an empty key selects the whole array"
+    return ("this key is valid (the same index works on a numpy array): slice bounds beyond "
+            "the axis are clamped, never an error; only an int out of range raises")
 
 
 def _random_key(gen, shape):
@@ -436,8 +518,12 @@ def check_slice_view(fn):
             ((0, 4), "index 4 is out of range for an axis of length 4: raise IndexError"),
             ((0, 0, 0), "too many indices (3 for a 2-d array) must raise IndexError"),
             ((Ellipsis, 0, Ellipsis), "more than one ellipsis must raise IndexError"),
+            ((None, 0, None, 0, 0), "three ints for a 2-d array are too many indices, however "
+                                    "many None there are: raise IndexError"),
         ]:
             expect_raises(IndexError, fn, shape, strides, offset, key, name="slice_view", hint=hint)
+        expect_raises(IndexError, fn, (0, 3), (3, 1), 0, (0,), name="slice_view",
+                      hint="an axis of length 0 has no index 0: raise IndexError")
         expect_raises(ValueError, fn, shape, strides, offset, (slice(None, None, 0),),
                       name="slice_view", hint="a slice step of 0 must raise ValueError")
 
@@ -461,7 +547,11 @@ def check_permute(fn):
     for base, v, axes in views:
         shape, strides, _ = _meta(v, base)
         what = call_text("permute", shape, strides, axes)
-        got = _call(fn, shape, strides, axes, name="permute")
+        raised_hint = ("these axes are a valid permutation: a negative entry counts from the end "
+                       "(-1 is the last axis), so normalize it before you validate or use it"
+                       if any(a < 0 for a in axes) else
+                       "these axes are a valid permutation of the array's axes")
+        got = _call(fn, shape, strides, axes, name="permute", hint=raised_hint)
         if type(got) is not tuple or len(got) != 2:
             fail(f"{what} should return a tuple (new_shape, new_strides), got {describe(got)}")
         gshape = expect_tuple_of_ints(got[0], f"{what}[0] (the shape)")
@@ -478,18 +568,25 @@ def check_permute(fn):
             hint = ("you permuted the shape but not the strides: both must be reordered the "
                     "same way, otherwise the view reads the wrong elements")
         elif (gshape, gstrides) == (ishape, istrides):
-            hint = ("you applied the inverse permutation: new axis i is old axis axes[i], "
-                    "so new_shape[i] = shape[axes[i]] (not new_shape[axes[i]] = shape[i])")
+            hint = ("you applied the inverse permutation: axes[i] names the OLD axis that "
+                    "becomes new axis i, not where old axis i goes")
         else:
-            hint = "new axis i is old axis axes[i]: new_shape[i] = shape[axes[i]], likewise strides"
+            hint = ("new axis i is old axis axes[i]: its length and its stride both come from "
+                    "that old axis")
         fail(f"{what}: expected ({eshape}, {estrides}), got ({gshape}, {gstrides}); {hint}")
     for shape, strides, axes, hint in [
         ((2, 3), (3, 1), (0, 0), "an axis listed twice is not a permutation: raise ValueError"),
         ((2, 3), (3, 1), (0,), "too few axes for a 2-d array: raise ValueError"),
         ((2, 3), (3, 1), (0, 1, 2), "too many axes for a 2-d array: raise ValueError"),
         ((2, 3), (3, 1), (0, 2), "axis 2 does not exist in a 2-d array: raise ValueError"),
+        ((2, 3), (3, 1), (0, -3), "axis -3 does not exist in a 2-d array (-1 and -2 do): "
+                                  "raise ValueError"),
+        ((2, 3), (3, 1), (1, -1), "-1 is axis 1 of a 2-d array, so (1, -1) lists axis 1 twice: "
+                                  "raise ValueError"),
     ]:
-        expect_raises(ValueError, fn, shape, strides, axes, name="permute", hint=hint)
+        rec = expect_raises(ValueError, fn, shape, strides, axes, name="permute", hint=hint)
+        _names_values(rec, call_text("permute", shape, strides, axes),
+                      "the axes it was given and the array's rank", axes, len(shape))
 
 
 # =========================================================================== 03.broadcast_to
@@ -510,6 +607,59 @@ def _broadcast_left(shape, strides, new_shape):
     return tuple(out)
 
 
+def _broadcast_kind(shape, new_shape) -> str:
+    """Which part of 03.broadcast_to a (valid) case exercises."""
+    lead = len(new_shape) - len(shape)
+    if any(d == 1 and t != 1 for d, t in zip(shape, new_shape[lead:])):
+        return "length-1 axes that grow"
+    if lead > 0:
+        return "new leading axes"
+    return "matching axes keep their strides"
+
+
+def _broadcast_raised_hint(shape, new_shape) -> str:
+    """Why broadcast_to may have raised on a valid pair of shapes."""
+    lead = len(new_shape) - len(shape)
+    if any(d == 1 and t == 0 for d, t in zip(shape, new_shape[lead:])):
+        return ("these shapes are compatible: a length-1 axis can broadcast to any length, "
+                "0 included (numpy and PyTorch allow it)")
+    if _broadcast_left(shape, (0,) * len(shape), new_shape) is None:
+        return ("these shapes are compatible when aligned at the RIGHT (the last axes pair up, "
+                "new axes are added in front)")
+    return "these shapes are compatible (numpy broadcasts them)"
+
+
+# Points of 03.broadcast_to's parts (12 in all).
+BROADCAST_PARTS = {"new leading axes": 3, "length-1 axes that grow": 3,
+                   "matching axes keep their strides": 2, "errors": 4}
+
+
+def _broadcast_case(fn, base, v, new_shape):
+    shape, strides, offset = _meta(v, base)
+    what = call_text("broadcast_to", shape, strides, new_shape)
+    got = expect_tuple_of_ints(_call(fn, shape, strides, new_shape, name="broadcast_to",
+                                     hint=_broadcast_raised_hint(shape, new_shape)), what)
+    _, expected, _ = _meta(np.broadcast_to(v, new_shape), base)
+    if _same_layout((new_shape, got, 0), (new_shape, expected, 0)):
+        return
+    hint = ("new leading axes and axes of length 1 that grow get stride 0; the other axes "
+            "keep their strides")
+    left = _broadcast_left(shape, strides, new_shape)
+    if len(got) != len(new_shape):
+        hint = f"the result needs one stride per axis of new_shape ({len(new_shape)})"
+    elif left is not None and got == left and left != expected:
+        hint = ("you aligned the shapes on the left; broadcasting aligns them at the RIGHT "
+                "(the last axes pair up) and adds new axes in front")
+    elif any(e == 0 and g != 0 and d > 1 for g, e, d in zip(got, expected, new_shape)):
+        hint = ("an axis that is broadcast (new, or grown from length 1) must have stride 0, "
+                "so that every index along it reads the same element; a non-zero stride walks "
+                "through memory instead")
+    elif any(e != 0 and g == 0 and d > 1 for g, e, d in zip(got, expected, new_shape)):
+        hint = ("an axis whose length already matches keeps its stride; only new axes and "
+                "length-1 axes that grow get stride 0")
+    fail(f"{what}: expected strides {expected}, got {got}; {hint}")
+
+
 @check("03.broadcast_to", points=POINTS["03.broadcast_to"])
 def check_broadcast_to(fn):
     gen = rng()
@@ -522,44 +672,44 @@ def check_broadcast_to(fn):
         (b12, b12[:3], (3, 3)),                        # square: left alignment gives a wrong answer
         (b12, b12.reshape(3, 4)[:, 1:2], (2, 3, 5)),   # a view with an offset
         (b12, b12[:1].reshape(1, 1), (4, 0)),          # to an empty shape
+        (b12, b12[:2].reshape(2, 1), (2, 0)),          # a length-1 axis broadcast to length 0
         (b12, b12.reshape(3, 4)[::-1, ::2], (2, 3, 2)),
+        (b12, b12.reshape(3, 4)[::-1, ::2], (3, 2)),   # nothing to broadcast: strides unchanged
+        (b12, b12.reshape(3, 4).T, (4, 3)),
+        (b12, b12.reshape(3, 4)[:, :1].T, (3, 3)),     # a transposed column grows to 3 rows
     ]
     for _ in range(TRIALS):
         base, v = _random_view(gen, rank=(0, 3), side=(1, 4))
         shape = list(v.shape)
-        target = [d if d != 1 or gen.random() < 0.4 else int(gen.integers(1, 5)) for d in shape]
+        target = [d if d != 1 or gen.random() < 0.4 else int(gen.integers(0 if gen.random() < 0.1
+                                                                        else 1, 5))
+                  for d in shape]
         lead = [int(gen.integers(1, 4)) for _ in range(int(gen.integers(0, 3)))]
         cases.append((base, v, tuple(lead + target)))
-    for base, v, new_shape in cases:
-        shape, strides, offset = _meta(v, base)
-        what = call_text("broadcast_to", shape, strides, new_shape)
-        got = expect_tuple_of_ints(_call(fn, shape, strides, new_shape, name="broadcast_to",
-                                         hint="align the two shapes at the RIGHT: the last axes "
-                                              "pair up, new axes are added in front"), what)
-        _, expected, _ = _meta(np.broadcast_to(v, new_shape), base)
-        if _same_layout((new_shape, got, 0), (new_shape, expected, 0)):
-            continue
-        hint = ("new leading axes and axes of length 1 that grow get stride 0; the other axes "
-                "keep their strides")
-        left = _broadcast_left(shape, strides, new_shape)
-        if len(got) != len(new_shape):
-            hint = f"the result needs one stride per axis of new_shape ({len(new_shape)})"
-        elif left is not None and got == left and left != expected:
-            hint = ("you aligned the shapes on the left; broadcasting aligns them at the RIGHT "
-                    "(the last axes pair up) and adds new axes in front")
-        elif any(e == 0 and g != 0 and d > 1 for g, e, d in zip(got, expected, new_shape)):
-            hint = ("an axis that is broadcast (new, or grown from length 1) must have stride 0, "
-                    "so that every index along it reads the same element; stride 1 walks "
-                    "through memory instead")
-        fail(f"{what}: expected strides {expected}, got {got}; {hint}")
-    for shape, strides, new_shape, hint in [
-        ((3,), (1,), (4,), "length 3 cannot become 4 (only length-1 axes grow): raise ValueError"),
-        ((2, 3), (3, 1), (3,), "the target has fewer dimensions than the array: raise ValueError"),
-        ((3,), (1,), (3, 2), "aligned at the right, 3 meets 2: the shapes are incompatible, "
-                             "raise ValueError (left alignment would accept this)"),
-        ((2, 1), (1, 1), (3, 4), "2 cannot become 3: raise ValueError"),
-    ]:
-        expect_raises(ValueError, fn, shape, strides, new_shape, name="broadcast_to", hint=hint)
+    for kind in ("new leading axes", "length-1 axes that grow", "matching axes keep their strides"):
+        with part(kind, BROADCAST_PARTS[kind]):
+            for base, v, new_shape in cases:
+                if _broadcast_kind(v.shape, new_shape) == kind:
+                    _broadcast_case(fn, base, v, new_shape)
+    with part("errors", BROADCAST_PARTS["errors"]):
+        for shape, strides, new_shape, hint in [
+            ((3,), (1,), (4,), "length 3 cannot become 4 (only length-1 axes grow): raise "
+                               "ValueError"),
+            ((2, 3), (3, 1), (3,), "the target has fewer dimensions than the array: raise "
+                                   "ValueError"),
+            ((1, 3), (3, 1), (3,), "the target has fewer dimensions than the array (broadcasting "
+                                   "never removes an axis, even one of length 1): raise "
+                                   "ValueError"),
+            ((3,), (1,), (3, 2), "aligned at the right, 3 meets 2: the shapes are incompatible, "
+                                 "raise ValueError (left alignment would accept this)"),
+            ((2, 1), (1, 1), (3, 4), "2 cannot become 3: raise ValueError"),
+            ((0,), (1,), (3,), "an axis of length 0 is not of length 1: it cannot grow to 3, "
+                               "raise ValueError"),
+        ]:
+            rec = expect_raises(ValueError, fn, shape, strides, new_shape, name="broadcast_to",
+                                hint=hint)
+            _names_values(rec, call_text("broadcast_to", shape, strides, new_shape),
+                          "both shapes", shape, new_shape)
 
 
 # =========================================================================== 03.reshape
@@ -585,7 +735,9 @@ def _factor_shape(gen, size):
 def _reshape_case(fn, base, v, new_shape):
     shape, strides, offset = _meta(v, base)
     what = call_text("reshape_strides", shape, strides, new_shape)
-    got = _call(fn, shape, strides, new_shape, name="reshape_strides")
+    got = _call(fn, shape, strides, new_shape, name="reshape_strides",
+                hint="every reshape in this check keeps the number of elements and has no -1; "
+                     "length-0 and length-1 axes and 0-d shapes are valid")
     try:
         expected_view = v.reshape(new_shape, copy=False)
     except ValueError:
@@ -593,12 +745,14 @@ def _reshape_case(fn, base, v, new_shape):
     if expected_view is None:
         if got is not None:
             gs = expect_tuple_of_ints(got, what)
+            cause = ("you returned the compact strides of the new shape, right only for "
+                     "contiguous input: check that the old axes merged into one are contiguous "
+                     "with each other" if gs == _c_strides(new_shape) else
+                     "the old axes merged into one new axis must be contiguous with each other")
             fail(f"{what} should return None, got strides {gs}: the elements of this array are "
                  f"not one evenly spaced run in the order of new_shape, so no strides can show "
                  f"it as {new_shape} and reshape has to copy; returning strides anyway makes "
-                 f"reshape read the wrong elements (did you return compact row-major strides "
-                 f"without checking that each merged group of axes is contiguous, "
-                 f"stride[i] == stride[i+1] * shape[i+1]?)")
+                 f"reshape read the wrong elements ({cause})")
         return
     if got is None:
         _, es, _ = _meta(expected_view, base)
@@ -677,11 +831,60 @@ def check_reshape(fn):
         base, v = _random_view(gen, rank=(0, 4), side=(1, 5), broadcast=True,
                                zero=gen.random() < 0.05)
         cases.append((base, v, _factor_shape(gen, v.size)))
+    blame = _CompactStridesProbe(fn)
     for kind, points in RESHAPE_PARTS.items():
         with part(kind, points):
             for base, v, new_shape in cases:
                 if _reshape_kind(v, new_shape) == kind:
-                    _reshape_case(fn, base, v, new_shape)
+                    with blame.on_failure(new_shape):
+                        _reshape_case(fn, base, v, new_shape)
+
+
+class _CompactStridesProbe:
+    """When a reshape case fails, ask what ``compact_strides`` (exercise 1, the slot
+    ``03.compact_strides`` where the student's code runs) answers: if it is wrong, the message
+    says to fix that exercise first, since a reshape_strides usually builds on it."""
+
+    SHAPES = [(2, 3), (3, 4), (12,), (2, 2, 3), (1, 1), (), (3, 0), (4, 0, 5)]
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.verdict: str | None = None
+        self.asked = False
+
+    def _ask(self, extra) -> str:
+        shapes = [tuple(extra)] + self.SHAPES
+        try:
+            answers = self.fn.scenario("compact_strides_in_use", shapes=[list(s) for s in shapes])
+        except Exception:  # noqa: BLE001 - no diagnosis rather than a wrong one
+            return ""
+        if type(answers) is not list or len(answers) != len(shapes):
+            return ""
+        for shape, answer in zip(shapes, answers):
+            want = _c_strides(shape)
+            if type(answer) is not list or len(answer) != 2:
+                return ""
+            status, value = answer
+            if status == "ok" and type(value) is list and tuple(value) == want:
+                continue
+            got = (f"raises {value}" if status == "raised" else
+                   f"returns {tuple(value) if type(value) is list else value}")
+            return (f"first fix exercise 1 (03.compact_strides): your "
+                    f"{call_text('compact_strides', shape)} {got}, expected {want}, and a "
+                    f"reshape_strides that uses it inherits the error. ")
+        return ""
+
+    @contextlib.contextmanager
+    def on_failure(self, new_shape):
+        try:
+            yield
+        except CheckFailed as e:
+            if not self.asked:
+                self.verdict = self._ask(new_shape)
+                self.asked = True
+            if self.verdict:
+                raise CheckFailed(self.verdict + e.message) from None
+            raise
 
 
 # =========================================================================== 03.compact
@@ -689,18 +892,33 @@ def check_reshape(fn):
 def _compact_case(fn, buffer, v_np, shape, strides, offset):
     what = call_text("compact", buffer, shape, strides, offset)
     n = math.prod(shape)
-    out = fn.run(buffer, shape, strides, offset)
+    out = fn.run(buffer, shape, strides, offset, _observe=True)
     if out.raised is not None:
         from grader.checks.student import StudentRaised
-        raise raised_as_failure(StudentRaised(out.raised), what)
+        hint = (" (this view is valid: 0-d, empty, broadcast (stride 0) and reversed (negative "
+                "stride) views all compact; every position it reads is inside the buffer)")
+        raise raised_as_failure(StudentRaised(out.raised), what, hint)
     got = out.result()
+    after = out.args_after[0] if out.args_after else None
+    if type(after) is np.ndarray and not np.array_equal(after, buffer):
+        changed = int(np.count_nonzero(after != buffer)) if after.shape == buffer.shape else -1
+        fail(f"{what} changed its input buffer ({'its shape' if changed < 0 else f'{changed} of {buffer.size} elements'}); "
+             f"compact must only read the buffer: other views of the same buffer (the "
+             f"original array among them) would see their values change")
     if type(got) is np.ndarray and n > 0 and 0 in out.shares:
         fail(f"{what} returned an array that shares memory with the buffer; compact must "
              f"copy the elements into a NEW buffer (a view would change when the original "
              f"is written to)")
     if type(got) is np.ndarray and got.ndim != 1:
         fail(f"{what} should return a flat 1-D array of {n} elements, got shape {got.shape}: "
-             f"reshape it with .reshape(-1)")
+             f"the result is a new flat buffer, whatever the view's shape")
+    if isinstance(got, np.generic) and type(got).__module__ == "numpy":
+        fail(f"{what} should return a 1-D numpy array of {n} element(s), got the numpy scalar "
+             f"{describe(got)}: a 0-d view still compacts to a buffer of one element")
+    if type(got) is np.ndarray and got.dtype != buffer.dtype:
+        fail(f"{what} should return an array of the buffer's dtype {buffer.dtype}, got "
+             f"{got.dtype}{' (an empty view too)' if n == 0 else ''}: a copy keeps the dtype "
+             f"of the data it copies")
     got = expect_array(got, what, shape=(n,), dtype=buffer.dtype)
     want = np.ascontiguousarray(v_np).reshape(-1)
     if np.array_equal(got, want):
@@ -756,14 +974,37 @@ def check_compact(fn):
             cases.append((data, view))
     big = np.arange(200 * 300, dtype=np.float32)
     cases.append((big, big.reshape(200, 300).T[::3]))
-    for buffer, view in cases:
-        # The oracle: numpy's own view of ``buffer``.
-        item = buffer.itemsize
-        offset = (view.__array_interface__["data"][0] - buffer.__array_interface__["data"][0]) // item \
-            if view.size else 0
-        shape = tuple(int(d) for d in view.shape)
-        strides = tuple(int(s) // item for s in view.strides)
-        _compact_case(fn, buffer.copy(), view, shape, strides, int(offset))
+    b6, b4, b4i = (np.arange(6, dtype=np.float64), np.arange(4, dtype=np.int32),
+                   np.arange(4, dtype=np.int64))
+    cases += [(b6, b6[::-2]), (b4, b4[:0].reshape(0, 3)), (b4i, b4i[2:3].reshape(()))]
+    for kind, points in COMPACT_PARTS.items():
+        with part(kind, points):
+            for buffer, view in cases:
+                if _compact_kind(buffer, view) != kind:
+                    continue
+                # The oracle: numpy's own view of ``buffer``.
+                item = buffer.itemsize
+                offset = (view.__array_interface__["data"][0]
+                          - buffer.__array_interface__["data"][0]) // item if view.size else 0
+                shape = tuple(int(d) for d in view.shape)
+                strides = tuple(int(s) // item for s in view.strides)
+                _compact_case(fn, buffer.copy(), view, shape, strides, int(offset))
+
+
+# Points of 03.compact's parts (12 in all).
+COMPACT_PARTS = {"contiguous runs and slices": 4,
+                 "transposed, reversed and broadcast views": 5,
+                 "0-d and empty views": 3}
+
+
+def _compact_kind(buffer, view) -> str:
+    if view.ndim == 0 or view.size == 0:
+        return "0-d and empty views"
+    if any(s <= 0 for s, d in zip(view.strides, view.shape) if d > 1):
+        return "transposed, reversed and broadcast views"
+    if any(a < b for a, b in zip(view.strides, view.strides[1:])):
+        return "transposed, reversed and broadcast views"
+    return "contiguous runs and slices"
 
 
 # =========================================================================== quizzes
@@ -780,8 +1021,9 @@ def check_quiz_copy_bytes(fn):
            "so reshape(-1) cannot be a view: it copies all of them",
         1000 * 1000: "that is the number of elements; each float32 takes 4 bytes",
         1024 * 1024 * 4: "that is a 1024x1024 array; here x is 1000x1000",
-        1000 * 1000 * 8: "float32 takes 4 bytes per element, not 8",
-        2 * expected: "only reshape(-1) allocates: x.T is a view and costs nothing",
+        2 * expected: "that is twice the bytes that are copied: a float32 takes 4 bytes, not 8, "
+                      "and only reshape(-1) allocates (x.T is a view and costs nothing)",
+        3 * expected: "only reshape(-1) allocates: x.T is a view and costs nothing",
     }
     fail(f"{what}: not {got:,}; {hints.get(got, 'count the bytes of every step that copies')}")
 

@@ -158,6 +158,29 @@ def _why(model: list[StepCost], meas: ChainMeasurement, names: list[str]) -> str
             "they had to be gathered into a new buffer (numel × itemsize bytes).")
 
 
+def _estimate_why(est: float, model: list[StepCost], initial: int, names: list[str]) -> str:
+    """One sentence on what the student's estimate most likely counted."""
+    total = sum(m.bytes for m in model)
+
+    def near(a, b):
+        return abs(a - b) <= 0.02 * max(abs(b), 1)
+    if near(est, total):
+        return "That is the model's count: you told the views from the copies."
+    if near(est, total + initial):
+        return (f"That is the model plus {names[0]} itself ({initial:,} B): the chain counts only "
+                f"what its steps allocate.")
+    if total and est == 0:
+        return "You counted every step as a view, but some step here has to copy."
+    if total and any(near(est, total * k) for k in (2, 3, 4)):
+        return ("A multiple of the model: did you count a copy for a step that is a view "
+                "(a transpose, a slice, a reshape whose strides exist)?")
+    if est > total:
+        return ("Above the model: some step you counted as a copy is a view (only shape, "
+                "strides and offset change).")
+    return ("Below the model: some step you counted as a view has to copy (its elements are "
+            "no longer one evenly spaced run of memory).")
+
+
 def chain_report(estimate=None, shape=(1000, 1000), steps=DEFAULT_CHAIN, dtype="float32",
                  model=None, measurement=None) -> str:
     """The text a student sees: the chain, per-step model vs measured bytes, totals, ratios."""
@@ -181,6 +204,9 @@ def chain_report(estimate=None, shape=(1000, 1000), steps=DEFAULT_CHAIN, dtype="
                      f"{'view' if m.is_view else 'copy':<8}{m.bytes:>14,}"
                      f"{'—' if got is None else format(got, ','):>14}")
     lines.append("")
+    initial = int(np.prod(shape)) * itemsize
+    lines.append(f"(counted: what the steps allocate; {names[0]} itself, {initial:,} B, existed "
+                 f"before the chain and is not counted)")
     lines.append(f"model:    {_fmt_bytes(total_model)}")
     if meas.error:
         lines.append(f"measured: — ({meas.error})")
@@ -195,6 +221,7 @@ def chain_report(estimate=None, shape=(1000, 1000), steps=DEFAULT_CHAIN, dtype="
     else:
         ratio = "—" if total_model == 0 else f"{est / total_model:.2f}"
         lines.append(f"your estimate: {_fmt_bytes(est)} (estimate / model = {ratio})")
+        lines.append("  " + _estimate_why(est, model, initial, names))
     lines.append("")
     lines.append("Why: " + _why(model, meas, names))
     return "\n".join(lines)

@@ -122,6 +122,22 @@ def test_widget_prints_without_a_frontend(capsys, monkeypatch):
     napkin_chain(estimate="4 MB", plot=False)
     out = capsys.readouterr().out
     assert "estimate / model = 2.00" in out
+    assert "x itself, 4,000,000 B, existed before the chain and is not counted" in out
+    assert "A multiple of the model" in out
+
+
+@pytest.mark.parametrize("estimate, why", [
+    (2_000_000, "That is the model's count"),
+    (6_000_000, "That is the model plus x itself (4,000,000 B)"),   # counted the initial x
+    (0, "You counted every step as a view"),
+    (1_000_000, "Below the model"),
+    (2_500_000, "Above the model"),
+])
+def test_widget_explains_what_the_estimate_counted(capsys, monkeypatch, estimate, why):
+    from mini.napkin.widgets import napkin_chain
+    monkeypatch.setenv("MINI_NO_WIDGETS", "1")
+    napkin_chain(estimate=estimate, plot=False)
+    assert why in capsys.readouterr().out
 
 
 def test_widget_reports_an_unfinished_exercise(capsys, monkeypatch):
@@ -199,6 +215,71 @@ def test_reference_passes_every_check_repeatedly():
             assert verdict.passed, f"{slot}: {verdict.message}"
 
 
+def test_reshape_failing_through_a_wrong_compact_strides_says_to_fix_exercise_1_first():
+    """A reshape_strides that builds on compact_strides (as the exercise suggests) fails when
+    compact_strides is wrong: the message names exercise 1 as the cause, with its wrong value."""
+    from grader.checks import run_in_process
+    from grader.mistakes.ch03_strides import strides_include_own_axis
+    from grader.worker.execute import registered
+    from mini.exercises import reference
+    from mini.ndarray.strides import compact_strides
+
+    def reshape_on_compact_strides(shape, strides, new_shape):
+        if mini.ndarray.strides.is_compact(shape, strides):
+            return compact_strides(new_shape)      # the slot: whatever exercise 1 runs
+        return reference("03.reshape")(shape, strides, new_shape)
+
+    with registered("03.compact_strides", strides_include_own_axis):
+        wrong = run_in_process("03.reshape", reshape_on_compact_strides)
+    assert not wrong.passed
+    assert ("first fix exercise 1 (03.compact_strides): your compact_strides((12,)) returns "
+            "(12,), expected (1,)") in wrong.message, wrong.message
+    # With a right compact_strides the same reshape passes, and no wrong blame is possible.
+    assert run_in_process("03.reshape", reshape_on_compact_strides).passed
+    own = run_in_process("03.reshape", lambda shape, strides, new_shape: compact_strides(new_shape))
+    assert not own.passed and "03.compact_strides" not in own.message
+
+
+def test_feedback_on_catalogued_mistakes_never_shows_a_line_of_the_answer():
+    """A failure names the concept; no line of the reference's solution (nor the code
+    fragments earlier hints handed out) appears in any message."""
+    import inspect
+    from grader.checks import run_in_process
+    from grader.mistakes import mistakes_for_chapter
+    from mini.exercises import reference
+
+    given_away = ["max(dim, 1)", "new_shape[i] = shape[axes[i]]", "with .reshape(-1)",
+                  "sum(index[k] * strides[k])", "stride[i] == stride[i+1] * shape[i+1]"]
+    for m in mistakes_for_chapter(3):
+        message = run_in_process(m.slot_id, m.fn).message
+        lines = []
+        if m.slot_id in SLOTS:
+            source = inspect.getsource(reference(m.slot_id))
+            body = source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+            lines = [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 14]
+        for text in lines + given_away:
+            assert text not in message, f"{m.slot_id} / {m.name}: the message shows {text!r}"
+
+
+def test_exercises_of_12_points_or_more_give_partial_credit_by_named_parts():
+    from grader.checks import get_check, run_in_process
+    from grader.mistakes.ch03_strides import (broadcast_one_to_zero_raises,
+                                              compact_list_of_elements, slice_ignores_step,
+                                              reshape_copy_unless_contiguous)
+    for slot, wrong in [("03.slice_view", slice_ignores_step),
+                        ("03.broadcast_to", broadcast_one_to_zero_raises),
+                        ("03.reshape", reshape_copy_unless_contiguous),
+                        ("03.compact", compact_list_of_elements)]:
+        assert get_check(slot).points >= 12
+        v = run_in_process(slot, wrong)
+        failed = [p for p in v.parts if p.earned < p.max_points]
+        assert 0 < v.points < v.max_points and failed, (slot, v.points)
+        assert sum(p.max_points for p in v.parts) == v.max_points
+        # The feedback names each failed part and what is left.
+        assert f"{v.points:g} of {v.max_points:g} points" in v.message
+        assert all(f"- {p.name}: " in v.message for p in failed)
+
+
 @pytest.mark.slow
 def test_instructor_notebook_runs_quickly_and_shows_the_seed_facts():
     pytest.importorskip("nbclient")
@@ -214,6 +295,8 @@ def test_instructor_notebook_runs_quickly_and_shows_the_seed_facts():
     assert "A[0:2, 1:3]  shape (2, 2), strides (4, 1), offset 1" in text
     assert "x.T: shape (3, 2), strides (1, 3), offset 0" in text
     assert "bytes allocated by the three views: 0" in text
-    assert "A.T.reshape(-1)" in text and "bytes allocated: 48" in text
+    assert "A.T.reshape(-1): " in text and "| bytes: 48 (a copy)" in text
+    # The self-check questions tell right or wrong in the notebook itself.
+    assert text.count("Right. ") == 2 and "Not right" not in text
     assert "measured / model = 1.00" in text
     assert "hidden tests passed" in text and "finish exercise" not in text

@@ -58,6 +58,54 @@ def test_expect_wants_plain_ints_in_a_tuple():
         expect((np.int64(3), 1), (3, 1), "compact_strides((2, 3))", "hint")
 
 
+def test_expect_names_a_known_wrong_value_and_otherwise_only_the_concept():
+    wrong = {(1, 2): "column-major", (6, 3): "includes its own axis"}
+    expect((3, 1), (3, 1), "f()", "concept", wrong=wrong)
+    for got, shown in [((1, 2), "column-major"), ((6, 3), "includes its own axis"),
+                       ((9, 9), "concept")]:
+        with pytest.raises(AssertionError) as e:
+            expect(got, (3, 1), "f()", "concept", wrong=wrong)
+        text = str(e.value)
+        assert f"should be (3, 1), got {got!r}" in text and f"Likely mistake: {shown}" in text
+        assert all(w not in text for w in wrong.values() if w != shown)
+    with pytest.raises(AssertionError, match="Likely mistake: none found"):
+        expect(1, None, "g()", "x", wrong={1: "none found"})   # None as the expected value
+    with pytest.raises(AssertionError, match="not a numpy integer"):
+        expect(np.int64(5), 5, "element_offset(...)", "the formula")   # right value, wrong type
+
+
+def test_self_check_tells_right_or_wrong_without_printing_the_answer(capsys):
+    from mini.notebook import answer_digest, self_check
+    assert answer_digest(" b ") == answer_digest("B") != answer_digest("C")
+    assert answer_digest(np.int64(4)) == answer_digest(4) != answer_digest(True)
+    verdicts = {answer_digest("B"): (True, "shares the buffer"),
+                answer_digest("A"): (False, "no new buffer")}
+    assert self_check("b", verdicts, otherwise="one letter") is True
+    assert capsys.readouterr().out == "Right. shares the buffer\n"
+    assert self_check("A", verdicts, otherwise="one letter") is False
+    assert capsys.readouterr().out == "Not right ('A'). no new buffer\n"
+    assert self_check("Z", verdicts, otherwise="one letter") is False
+    assert "one letter" in capsys.readouterr().out
+
+
+def test_answered_names_the_unanswered_self_check():
+    from mini.notebook import answered
+
+    def answer_views():
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError, match=r"self-check 03.quiz_views is not answered yet: "
+                                                  r"make answer_views\(\) in the cell above") as e:
+        answered(answer_views, "03.quiz_views")
+    assert e.value.slot_id == "03.quiz_views"
+    assert answered(lambda: "B", "03.quiz_views") == "B"
+
+    def on_purpose():
+        raise NotImplementedError("my own message")
+    with pytest.raises(NotImplementedError, match="my own message"):
+        answered(on_purpose, "03.quiz_views")
+
+
 def test_expect_close_on_tensors():
     expect_close(mini.tensor([1.0, 2.0]), [1.0, 2.0 + 1e-8], "f(x)", "hint")
     expect_close(0.1, 0.1 + 1e-9, "lr at step 0")                 # a number where one is expected
