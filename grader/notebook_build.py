@@ -410,6 +410,11 @@ def check_chapter_slots(chapter: str, sources: list[Path],
     twice = {s: w for s, w in where.items() if len(w) > 1}
     if twice:
         raise SourceError(f"chapter {chapter}: slots graded in two notebooks: {twice}")
+    unknown = {s: w for s, w in where.items() if s not in points}
+    if unknown:             # a typo in a cell's slot name: say that, not which slot lost its cells
+        slot, names = next(iter(sorted(unknown.items())))
+        raise SourceError(f"{names[0]}: {slot} has no check in grader/checks/ch{chapter}.py's "
+                          f"POINTS (known: {', '.join(sorted(points))})")
     absent = [s for s in points if s not in where]
     if absent:
         raise SourceError(f"chapter {chapter}: no notebook has cells for {absent} (every slot of "
