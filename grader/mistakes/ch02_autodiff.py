@@ -289,6 +289,195 @@ def _multiply_add_swapped():
     return MultiplyAdd
 
 
+# --------------------------------------------------------------------------- edge inputs, layouts, side effects
+
+def _relu_vjp_inplace(grad, a):
+    """Masks the incoming gradient in place: right values, but grad is shared (add's rule
+    hands one tensor to both inputs), so another input's gradient changes too."""
+    return grad.mul_((a > 0).to(dtype=grad.dtype))
+
+
+def _mean_vjp_reciprocal(grad, input_shape, axes, keepdim):
+    """1.0 / n as a Python number: ZeroDivisionError when an axis has length 0."""
+    n = 1
+    for ax in axes:
+        n *= input_shape[ax]
+    scale = 1.0 / n
+    if not keepdim:
+        grad = grad.reshape(tuple(1 if i in axes else d for i, d in enumerate(input_shape)))
+    return grad.expand(input_shape) * scale
+
+
+def _reshape_vjp_view(grad, input_shape):
+    """.view needs a contiguous gradient; a transposed one makes it raise."""
+    return grad.view(tuple(input_shape))
+
+
+def _pow_vjp_over_a(grad, a, exponent):
+    """exponent * a**exponent / a: the same away from 0, nan at a = 0."""
+    return grad * exponent * a ** exponent / a
+
+
+def _sum_to_where_longer(grad, shape):
+    """Sums the axes where grad is longer than the target: misses a 1 broadcast to 0."""
+    shape = tuple(shape)
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if grad.shape[lead + i] > d)
+    out = grad.sum(axis=axes, keepdim=True) if axes else grad
+    return out.reshape(tuple(out.shape)[lead:]) if lead else out
+
+
+def _toposort_per_root(roots):
+    """Reverse post-order per root, concatenated: wrong when one root feeds another."""
+    order, seen = [], set()
+    for root in roots:
+        if root is None or id(root) in seen:
+            continue
+        seen.add(id(root))
+        post = []
+        stack = [(root, iter(root.next_functions))]
+        while stack:
+            node, children = stack[-1]
+            for child, _ in children:
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.next_functions)))
+                    break
+            else:
+                stack.pop()
+                post.append(node)
+        order.extend(reversed(post))
+    return order
+
+
+def _toposort_roots_unmarked(roots):
+    """Marks the children it visits but not the roots: a root listed twice appears twice."""
+    order, seen = [], set()
+    for root in roots:
+        if root is None:
+            continue
+        stack = [(root, iter(root.next_functions))]
+        while stack:
+            node, children = stack[-1]
+            for child, _ in children:
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.next_functions)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order[::-1]
+
+
+def _seed_same_numel(output, gradient):
+    """Compares the number of elements instead of the shape."""
+    from mini.ops.creation import ones_like
+    if gradient is None:
+        if output.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return ones_like(output)
+    if gradient.numel() != output.numel():
+        raise RuntimeError("gradient and output differ in size")
+    return gradient
+
+
+def _seed_default_dtype(output, gradient):
+    """mini.ones(shape): the default dtype, not the output's."""
+    import mini
+    if gradient is None:
+        if output.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return mini.ones(tuple(output.shape))
+    if tuple(gradient.shape) != tuple(output.shape):
+        raise RuntimeError("shape mismatch")
+    return gradient
+
+
+def _accumulate_inplace(leaf, grad):
+    """Keeps the first gradient object and adds the next ones into it with +=."""
+    if leaf.grad is None:
+        leaf.grad = grad
+    else:
+        leaf.grad += grad
+
+
+def _propagate_release_first(order, grads, run_node, retain_graph):
+    """Frees the node's saved tensors before running it."""
+    for node in order:
+        grad = grads.pop(id(node), None)
+        if grad is None:
+            continue
+        if not retain_graph:
+            node.release()
+        outs = run_node(node, grad)
+        for (child, _), g in zip(node.next_functions, outs):
+            if child is not None and g is not None:
+                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+
+
+def _propagate_index(order, grads, run_node, retain_graph):
+    """grads.pop(id(node)) without a default: KeyError at a node no gradient reached."""
+    for node in order:
+        grad = grads.pop(id(node))
+        outs = run_node(node, grad)
+        if not retain_graph:
+            node.release()
+        for (child, _), g in zip(node.next_functions, outs):
+            if child is not None and g is not None:
+                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+
+
+def _mul_jvp_no_none(a, b, tangent_a, tangent_b):
+    """The product rule, but a None tangent is used as if it were a tensor."""
+    return tangent_a * b + a * tangent_b
+
+
+def _central_difference_inplace(f, x, eps=1e-6):
+    """Perturbs the caller's x in place and puts it back by adding and subtracting eps,
+    which leaves rounding errors in x."""
+    rows = []
+    for j in range(x.size):
+        x[j] += eps
+        plus = np.asarray(f(x.copy()), dtype=np.float64)
+        x[j] -= 2 * eps
+        minus = np.asarray(f(x.copy()), dtype=np.float64)
+        x[j] += eps
+        rows.append((plus - minus) / (2 * eps))
+    return np.array(rows, dtype=np.float64).reshape(x.size, -1)
+
+
+def _central_difference_input_dtype(f, x, eps=1e-6):
+    """Steps in x's own dtype: a float32 x is perturbed (and f called) in float32."""
+    x = np.asarray(x)
+    rows = []
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = eps
+        rows.append((np.asarray(f(x + step)) - np.asarray(f(x - step))) / (2 * eps))
+    return np.array(rows, dtype=np.float64).reshape(x.size, -1)
+
+
+def _multiply_add_two_grads():
+    from mini.autograd import Function
+
+    class MultiplyAdd(Function):
+        """Returns gradients for x and y only (z forgotten)."""
+
+        @staticmethod
+        def forward(ctx, x, y, z):
+            ctx.save_for_backward(x, y)
+            return x * y + z
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, y = ctx.saved_tensors
+            return grad * y, grad * x
+
+    return MultiplyAdd
+
+
 MISTAKES = [
     Mistake("02.backward", "gradient overwritten instead of accumulated for a reused tensor",
             _propagate_overwrite, expect_message="overwritten instead of accumulated"),
@@ -348,4 +537,37 @@ MISTAKES = [
             _multiply_add_attributes(), expect_message="ctx.save_for_backward"),
     Mistake("02.multiply_add", "gradients of x and y swapped", _multiply_add_swapped(),
             expect_message="the other factor"),
+    # edge inputs, layouts, side effects, errors (issue 18)
+    Mistake("02.relu_vjp", "masks the incoming gradient in place", _relu_vjp_inplace,
+            expect_message="changed its input grad in place"),
+    Mistake("02.mean_vjp", "1.0 / n fails for an axis of length 0", _mean_vjp_reciprocal,
+            expect_message="averages no elements"),
+    Mistake("02.reshape_vjp", ".view on a non-contiguous gradient", _reshape_vjp_view,
+            expect_message="not contiguous"),
+    Mistake("02.pow_vjp", "exponent * out / a: nan at a = 0", _pow_vjp_over_a,
+            expect_message="divides by a"),
+    Mistake("02.unbroadcast", "sums where grad is longer (misses 1 broadcast to 0)",
+            _sum_to_where_longer, expect_message="where the TARGET has length 1"),
+    Mistake("02.toposort", "reverse post-order per root, concatenated", _toposort_per_root,
+            expect_message="wrong topological order"),
+    Mistake("02.toposort", "roots not marked as visited", _toposort_roots_unmarked,
+            expect_message="appears twice"),
+    Mistake("02.seed_gradient", "compares numel instead of the shape", _seed_same_numel,
+            expect_message="must raise RuntimeError"),
+    Mistake("02.seed_gradient", "seed in the default dtype", _seed_default_dtype,
+            expect_message="the dtype of the output"),
+    Mistake("02.accumulate_grad", "adds into the first gradient tensor with +=",
+            _accumulate_inplace, expect_message="changed in place"),
+    Mistake("02.backward", "releases a node before running it", _propagate_release_first,
+            expect_message="released before run_node ran it"),
+    Mistake("02.backward", "looks up a node's gradient without a default", _propagate_index,
+            expect_message="has no entry in grads"),
+    Mistake("02.mul_jvp", "a None tangent used as a tensor", _mul_jvp_no_none,
+            expect_message="a None tangent stands for zero"),
+    Mistake("02.central_difference", "perturbs the caller's x in place",
+            _central_difference_inplace, expect_message="changed x in place"),
+    Mistake("02.central_difference", "steps in x's own dtype (float32 stays float32)",
+            _central_difference_input_dtype, expect_message="keep x ± eps in float64"),
+    Mistake("02.multiply_add", "backward forgets z's gradient", _multiply_add_two_grads(),
+            expect_message="incorrect number of gradients"),
 ]
