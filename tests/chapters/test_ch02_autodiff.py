@@ -464,3 +464,25 @@ def test_feedback_gives_no_code_to_type():
         message = run_in_process(m.slot_id, m.fn).message
         for answer in answers:
             assert answer not in message, (m.name, answer, message)
+
+
+def test_self_check_cells_know_the_right_answers(capsys):
+    """Each self-check's visible cell carries the digest of the answer its hidden check
+    accepts, says right for it and gives the catalogued explanation for a wrong one."""
+    import re
+    from grader.checks import run_in_process
+    from mini.notebook import answer_key, self_check
+    source = (ROOT / "course" / "sources" / "02_autodiff" / "autodiff.md").read_text()
+    keys = dict(re.findall(r'self_check\("(quiz_\w+)", got, key="([0-9a-f]+)"', source))
+    assert set(keys) == {"quiz_accumulate", "quiz_eval", "quiz_inplace"}
+    for question, right, wrong in [("quiz_accumulate", 1.5, 0.5), ("quiz_eval", "C", "A"),
+                                   ("quiz_inplace", "B", "D")]:
+        assert run_in_process(f"02.{question}", lambda r=right: r).passed
+        assert keys[question] == answer_key(question, right)
+        assert self_check(question, right, key=keys[question], explain={}) is True
+        assert self_check(question, f" {wrong} ".lower() if isinstance(wrong, str) else wrong,
+                          key=keys[question], explain={str(wrong): "because"}) is False
+    out = capsys.readouterr().out
+    assert "1.5 is right" in out and "A is not right. because" in out
+    with pytest.raises(AssertionError, match="a letter"):
+        self_check("quiz_eval", ["C"], key=keys["quiz_eval"], explain={})

@@ -38,7 +38,6 @@ BASELINE = Path(__file__).with_name("conversion_baseline.json")
 SETUP = "the setup cell imports the shared helpers from mini.notebook instead of defining them"
 ARRAY_CHECKS = "visible checks call mini.notebook's expect_array_close (numpy results, dtype checked)"
 INTENDED = {
-    "02_autodiff/autodiff.ipynb": {"ch02-01": SETUP},
     "03_strides/strides.ipynb": {"ch03-01": SETUP},
     "04_hardware/hardware.ipynb": {"ch04-01": SETUP, "ch04-12": ARRAY_CHECKS,
                                    "ch04-20": ARRAY_CHECKS, "ch04-26": ARRAY_CHECKS,
