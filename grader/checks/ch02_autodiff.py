@@ -751,6 +751,10 @@ def check_mean_vjp(fn):
         wrong = [(w / n, why) for w, why in wrong] + wrong[:1]
         wrong.append((right, "scale by 1/n: each element contributed 1/n of the mean"))
         total = math.prod(shape)
+        if len(axes) > 1 and shape[axes[0]] != n:
+            wrong.append((right / shape[axes[0]], f"n is the number of elements averaged: the "
+                                                  f"product of the lengths of ALL the reduced "
+                                                  f"axes ({n}), not of the first one"))
         if total != n:
             wrong.append((right * n / total, f"n is the number of elements averaged ({n}, the "
                                              f"product of the reduced axes' lengths), not the "
@@ -811,6 +815,13 @@ def check_permute_vjp(fn):
         expected = np.transpose(g, _inverse(axes))
         wrong = [(np.transpose(g, axes), "you applied the same permutation again; the gradient "
                                          "needs the INVERSE permutation")]
+        if tuple(axes) != tuple(range(len(axes))):
+            wrong.append((g, "grad came back in out's axis order: put its axes back in the "
+                             "input's order (the INVERSE permutation)"))
+        rev = tuple(reversed(axes))
+        if rev != _inverse(axes):
+            wrong.append((np.transpose(g, rev), "reversing the list of axes is the INVERSE "
+                                                "permutation only when two axes are swapped"))
         if len(axes) > 1:
             wrong.append((np.transpose(g, tuple(reversed(range(len(axes))))),
                           "reversing every axis (.T) is the inverse only for 2-D; invert the "
@@ -933,7 +944,11 @@ def _check_order(got: dict, names: list, edges: list, what: str) -> None:
             fail(f"{what} raised RecursionError: a recursive depth-first search makes one nested "
                  f"Python call per node and hits the recursion limit (about 1,000); keep your own "
                  f"stack (a list) of nodes to visit instead of recursing")
-        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}")
+        hint = ""
+        if type(rec) is ExceptionRecord and rec.is_a("AttributeError") and "NoneType" in rec.message:
+            hint = ("; an entry of next_functions can be (None, 0): an input that needs no "
+                    "gradient has no node to visit, so skip it (and a None root too)")
+        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}{hint}")
     if got.get("kind") != "list":
         fail(f"{what} should return a list of nodes, got {describe(got.get('value'))}")
     order = got["order"]
@@ -987,7 +1002,9 @@ def check_seed_gradient(fn):
     for shape, dtype in [((), np.float32), ((), np.float64), ((1,), np.float32), ((1, 1), np.float64)]:
         out = _tensor(np.full(shape, gen.uniform(-3, 3)).astype(dtype), requires_grad=True)
         what = f"seed_gradient(output of shape {_shape_text(shape)} {np.dtype(dtype)}, None)"
-        got = _call(fn, out, None, label=what)
+        got = _call(fn, out, None, label=what,
+                    hint=": an output with one element counts as a scalar whatever its number of "
+                         "dimensions (a tensor of shape (1,) or (1, 1) too)")
         if type(got) in (int, float):
             fail(f"{what} should return a mini Tensor shaped like the output, got the number "
                  f"{got!r}: the seed is a tensor with the output's shape, dtype and device")
@@ -1035,7 +1052,12 @@ def _scenario(fn, name: str, what: str, **params):
     try:
         return fn.scenario(name, **params)
     except StudentRaised as e:
-        raise raised_as_failure(e, what) from None
+        hint = ""
+        if e.record.is_a("RuntimeError") and "Boolean value of Tensor" in e.record.message:
+            hint = ("; a tensor used as a condition (if t:, t or ...) has no single truth value, "
+                    "and a one-element tensor's is its value, which can be 0: test for None "
+                    "explicitly")
+        raise raised_as_failure(e, what, hint) from None
 
 
 @check("02.accumulate_grad", points=POINTS["02.accumulate_grad"])
@@ -1490,15 +1512,18 @@ def check_central_difference(fn):
     case_dtypes = [np.asarray(c[1]).dtype for c in cases]
     for rec, (desc, f, jac, n, x, eps) in zip(obs, meta):
         call = "central_difference(f, x)" if eps is None else f"central_difference(f, x, eps={eps:g})"
-        x_kind = "float32 " if case_dtypes.pop(0) == np.float32 else ""
-        what = f"{call} for {desc} at a {x_kind}x of shape ({n},)"
+        x_kind = "a float32 " if case_dtypes.pop(0) == np.float32 else ""
+        what = f"{call} for {desc} at {x_kind}x of shape ({n},)"
         if "raised" in rec:
             err = rec["raised"]
             fail(f"{what} raised {err.text() if type(err) is ExceptionRecord else describe(err)}")
         seen, got = rec["seen"], rec["got"]
         if rec.get("x_changed"):
-            fail(f"{what} changed x in place (afterwards x = {_show(rec['x_after'])}, it was "
-                 f"{_show(x)}): the caller's x must stay as it was; perturb a copy")
+            moved = np.abs(np.asarray(rec["x_after"], dtype=np.float64).reshape(-1)[:n] - x)
+            k = int(np.argmax(moved))
+            fail(f"{what} changed x in place (x[{k}] moved by {float(moved[k]):.3g}: adding and "
+                 f"subtracting eps does not restore a float exactly): the caller's x must stay "
+                 f"as it was; perturb a copy")
         eps = 1e-6 if eps is None else eps
         if seen["type"] is not None:
             fail(f"{what}: f was called with {seen['type']}; pass a 1-D float64 numpy "
@@ -1515,7 +1540,9 @@ def check_central_difference(fn):
             fail(f"{what} should return a numpy array of shape ({n}, {m}), got {describe(got)}")
         if got.shape != (n, m):
             hint = ""
-            if got.shape == (m, n):
+            if got.ndim < 2:
+                hint = ": return a 2-D (n, m) array even when n or m is 1 (don't squeeze)"
+            elif got.shape == (m, n):
                 hint = ": row j holds the derivatives with respect to x[j] (shape (n, m)), not the transpose"
             fail(f"{what} has shape {got.shape}, expected ({n}, {m}){hint}")
         if got.dtype != np.float64:

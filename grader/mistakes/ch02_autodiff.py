@@ -478,6 +478,93 @@ def _multiply_add_two_grads():
     return MultiplyAdd
 
 
+def _toposort_none_children(roots):
+    """Does not skip the None edges of inputs that need no gradient."""
+    order, seen = [], set()
+    for root in roots:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, iter(root.next_functions))]
+        while stack:
+            node, children = stack[-1]
+            for child, _ in children:
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.next_functions)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order[::-1]
+
+
+def _seed_ndim(output, gradient):
+    """Calls only 0-d outputs scalars: a (1,) output without a gradient raises."""
+    from mini.ops.creation import ones_like
+    if gradient is None:
+        if output.ndim != 0:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return ones_like(output)
+    if tuple(gradient.shape) != tuple(output.shape):
+        raise RuntimeError("shape mismatch")
+    return gradient
+
+
+def _accumulate_truthiness(leaf, grad):
+    """`if leaf.grad:` instead of a test against None."""
+    leaf.grad = leaf.grad + grad if leaf.grad else grad
+
+
+def _sum_vjp_first_axis(grad, input_shape, axes, keepdim):
+    """Puts back only the first reduced axis."""
+    if not keepdim:
+        grad = grad.unsqueeze(axes[0])
+    return grad.expand(input_shape)
+
+
+def _mean_vjp_first_axis_n(grad, input_shape, axes, keepdim):
+    """n is the length of the first reduced axis only."""
+    if not keepdim:
+        grad = grad.reshape(tuple(1 if i in axes else d for i, d in enumerate(input_shape)))
+    return grad.expand(input_shape) / input_shape[axes[0]]
+
+
+def _permute_vjp_reversed(grad, axes):
+    """Reverses the permutation's list: its inverse only for swaps of two axes."""
+    return grad.permute(tuple(reversed(tuple(axes))))
+
+
+def _central_difference_flat(f, x, eps=1e-6):
+    """Rows of shape (m,) stacked, but a single output (m = 1) comes back as shape (n,)."""
+    x = np.array(x, dtype=np.float64)
+    rows = []
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = eps
+        rows.append((np.asarray(f(x + step)) - np.asarray(f(x - step))) / (2 * eps))
+    return np.squeeze(np.array(rows, dtype=np.float64))
+
+
+def _multiply_add_no_grad():
+    from mini.autograd import Function
+
+    class MultiplyAdd(Function):
+        """Returns the local derivatives without multiplying by the incoming gradient."""
+
+        @staticmethod
+        def forward(ctx, x, y, z):
+            ctx.save_for_backward(x, y)
+            return x * y + z
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, y = ctx.saved_tensors
+            return y * 1.0, x * 1.0, grad * 0.0 + 1.0
+
+    return MultiplyAdd
+
+
 MISTAKES = [
     Mistake("02.backward", "gradient overwritten instead of accumulated for a reused tensor",
             _propagate_overwrite, expect_message="overwritten instead of accumulated"),
@@ -568,6 +655,22 @@ MISTAKES = [
             _central_difference_inplace, expect_message="changed x in place"),
     Mistake("02.central_difference", "steps in x's own dtype (float32 stays float32)",
             _central_difference_input_dtype, expect_message="keep x ± eps in float64"),
+    Mistake("02.toposort", "None edges not skipped", _toposort_none_children,
+            expect_message="skip it"),
+    Mistake("02.seed_gradient", "only a 0-d output counts as a scalar", _seed_ndim,
+            expect_message="counts as a scalar"),
+    Mistake("02.accumulate_grad", "if leaf.grad: instead of a None test", _accumulate_truthiness,
+            expect_message="test for None explicitly"),
+    Mistake("02.sum_vjp", "puts back only the first reduced axis", _sum_vjp_first_axis,
+            expect_message="put them back as size-1 axes"),
+    Mistake("02.mean_vjp", "n is the first reduced axis's length", _mean_vjp_first_axis_n,
+            expect_message="ALL the reduced axes"),
+    Mistake("02.permute_vjp", "the permutation's list reversed", _permute_vjp_reversed,
+            expect_message="INVERSE permutation"),
+    Mistake("02.central_difference", "a single output squeezed to shape (n,)",
+            _central_difference_flat, expect_message="2-D (n, m) array"),
+    Mistake("02.multiply_add", "local derivatives not multiplied by grad", _multiply_add_no_grad(),
+            expect_message="multiply the incoming gradient"),
     Mistake("02.multiply_add", "backward forgets z's gradient", _multiply_add_two_grads(),
             expect_message="incorrect number of gradients"),
 ]
