@@ -350,6 +350,10 @@ def _binary_cases(gen, low=None, positive_b=False):
     return cases
 
 
+_BINARY_HINT = ("; a or b may be a plain Python number, and a and b may have different "
+                "(broadcast) shapes: the gradients are shaped like out, grad's shape")
+
+
 def _arg(x):
     return _tensor(x) if isinstance(x, np.ndarray) else x
 
@@ -363,7 +367,7 @@ def check_mul_vjp(fn):
     gen = rng()
     for g, a, b, dtype in _binary_cases(gen):
         what = f"mul_vjp(grad, a, b) with {_desc(g, a, b)}"
-        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what), what)
+        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what, hint=_BINARY_HINT), what)
         g64 = g.astype(np.float64)
         a64, b64 = _bcast(a, g.shape), _bcast(b, g.shape)
         exp_a, exp_b = g64 * b64, g64 * a64
@@ -392,7 +396,7 @@ def check_div_vjp(fn):
     gen = rng()
     for g, a, b, dtype in _binary_cases(gen, low=0.5):
         what = f"div_vjp(grad, a, b) with {_desc(g, a, b)}"
-        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what), what)
+        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what, hint=_BINARY_HINT), what)
         g64 = g.astype(np.float64)
         a64, b64 = _bcast(a, g.shape), _bcast(b, g.shape)
         exp_a, exp_b = g64 / b64, -g64 * a64 / (b64 * b64)
@@ -427,7 +431,8 @@ def check_pow_vjp(fn):
         a = np.abs(_randn(gen, shape, np.float64, low=0.4)).astype(dtype)  # a > 0: any exponent works
         g = _randn(gen, shape, dtype)
         what = f"pow_vjp(grad, a, exponent={p!r}) with {_desc(g, a)}"
-        got = _call(fn, _tensor(g), _tensor(a), p, label=what)
+        got = _call(fn, _tensor(g), _tensor(a), p, label=what,
+                    hint="; the exponent is a plain Python number (int or float)")
         arr = _read(got, f"{what}: grad_a", shape=shape, dtype=dtype)
         a64, g64 = a.astype(np.float64), g.astype(np.float64)
         expected = g64 * p * a64 ** (p - 1)
@@ -611,7 +616,9 @@ def check_unbroadcast(fn):
         dtype = np.float32 if i % 4 == 3 else np.float64
         g = g.astype(dtype)
         what = f"sum_to(grad of shape {_shape_text(g.shape)}, {_shape_text(shape)})"
-        got = _call(fn, _tensor(g), shape, label=what)
+        got = _call(fn, _tensor(g), shape, label=what,
+                    hint="; the target shape can be shorter than grad's, contain length-1 "
+                         "axes, or be () (a scalar was broadcast)")
         expected = _sum_to_oracle(g.astype(np.float64), shape)
         arr = _read(got, what, dtype=dtype)
         _compare(arr, expected, what, dtype, wrong=_unbroadcast_wrong(g.astype(np.float64), shape),
@@ -741,6 +748,11 @@ def _reduction_layouts(fn, name: str, mean: bool):
 
 @check("02.mean_vjp", points=POINTS["02.mean_vjp"])
 def check_mean_vjp(fn):
+    with _blame_others(fn, ("02.sum_vjp",), may_call=True):
+        _check_mean_vjp(fn)
+
+
+def _check_mean_vjp(fn):
     gen = rng()
     cases = [c for c in _reduction_cases(gen) if math.prod(c[0][a] for a in c[1]) > 1]
     for i, (shape, axes, keepdim) in enumerate(cases):
@@ -1139,9 +1151,11 @@ def _order_ok(obs) -> bool:
     return all(pos[p] < pos[c] for p, c in edges)
 
 
-def _first_wrong_dependency(fn, uses: tuple) -> str:
+def _first_wrong_dependency(fn, uses: tuple, *, may_call: bool = False) -> str:
     """A sentence naming the first of ``uses`` (other chapter-02 slots that mini's backward
-    runs) that gives a wrong answer on a small input, or "" when they all look right."""
+    runs) that gives a wrong answer on a small input, or "" when they all look right.
+    ``may_call``: the student's function may call them, or not (so an unfinished one is no
+    cause)."""
     values = _probe_values()
     try:
         obs = fn.scenario("probe_dependencies", values=values)
@@ -1155,9 +1169,14 @@ def _first_wrong_dependency(fn, uses: tuple) -> str:
         if type(got) is not dict:
             continue
         if "not_done" in got:
+            if may_call:
+                continue
             return (f"This part runs mini's own backward, which also calls your {slot}, and it "
                     f"is not done yet: finish exercise {slot} first")
         ok = _order_ok(got) if slot == "02.toposort" else _probe_ok(got, expected[slot])
+        if not ok and may_call:
+            return (f"If your function calls your {slot}: that gives a wrong result on a small "
+                    f"input (see its own check), so fix exercise {slot} first")
         if not ok:
             return (f"This part runs mini's own backward, which also calls your {slot}, and "
                     f"that gives a wrong result on a small input (see its own check): fix "
@@ -1171,12 +1190,13 @@ _BACKWARD_USES = ("02.add_vjp", "02.mul_vjp", "02.exp_vjp", "02.unbroadcast", "0
 
 
 @contextlib.contextmanager
-def _blame_others(fn, uses: tuple):
+def _blame_others(fn, uses: tuple, *, may_call: bool = False):
     """A failure in here that another exercise explains says which one to fix first."""
     try:
         yield
     except CheckFailed as e:
-        cause = _first_wrong_dependency(fn, tuple(u for u in uses if u != fn.slot))
+        cause = _first_wrong_dependency(fn, tuple(u for u in uses if u != fn.slot),
+                                        may_call=may_call)
         if cause:
             raise CheckFailed(f"{e.message}. {cause}") from None
         raise

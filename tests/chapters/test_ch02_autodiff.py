@@ -486,3 +486,56 @@ def test_self_check_cells_know_the_right_answers(capsys):
     assert "1.5 is right" in out and "A is not right. because" in out
     with pytest.raises(AssertionError, match="a letter"):
         self_check("quiz_eval", ["C"], key=keys["quiz_eval"], explain={})
+
+
+def test_an_invalid_gradient_names_the_students_exercise():
+    """A gradient of the wrong shape in a payoff cell names the exercises that computed it,
+    but only those that run the student's code (mini's own rules are not to blame)."""
+    from mini.exercises import implement, unregister
+    x = mini.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = mini.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    implement("02.unbroadcast")(lambda g, shape: g)      # forgets to sum
+    try:
+        with pytest.raises(RuntimeError, match="computed by your 02.unbroadcast: fix that "
+                                               "exercise first"):
+            (w * x).sum().backward()
+        implement("02.mul_vjp")(lambda g, a, b: (g * b, g * a))
+        with pytest.raises(RuntimeError, match="your 02.mul_vjp and 02.unbroadcast"):
+            (w * x).sum().backward()
+    finally:
+        unregister("02.unbroadcast")
+        unregister("02.mul_vjp")
+
+
+    class WrongShape(Function):          # a Function of the user's: no exercise to name
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2.0
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad.sum()
+
+    with pytest.raises(RuntimeError, match="invalid gradient") as info:
+        WrongShape.apply(x).sum().backward()
+    assert "your" not in str(info.value)
+
+
+def test_mean_vjp_built_on_a_wrong_sum_vjp_names_it():
+    from grader.checks import run_in_process
+    from mini.exercises import implement, reference, unregister
+    implement("02.sum_vjp")(lambda g, shape, axes, keepdim: g.reshape(
+        tuple(1 if i in axes else d for i, d in enumerate(shape))).expand(shape) * 2.0)
+    try:
+        verdict = run_in_process("02.mean_vjp", reference("02.mean_vjp"))
+    finally:
+        unregister("02.sum_vjp")
+    assert not verdict.passed and "fix exercise 02.sum_vjp first" in verdict.message
+    # a mean_vjp of its own, with sum_vjp not done, is graded on its own
+    implement("02.sum_vjp")(lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    try:
+        wrong = run_in_process("02.mean_vjp", lambda g, shape, axes, keepdim: g.reshape(
+            tuple(1 if i in axes else d for i, d in enumerate(shape))).expand(shape))
+    finally:
+        unregister("02.sum_vjp")
+    assert not wrong.passed and "02.sum_vjp" not in wrong.message and "1/n" in wrong.message
