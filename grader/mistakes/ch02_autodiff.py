@@ -14,61 +14,51 @@ from grader.mistakes import Mistake
 
 # --------------------------------------------------------------------------- engine
 
-def _propagate_overwrite(order, grads, run_node, retain_graph):
-    """Assigns the gradient of each edge: a tensor used twice keeps only the last one."""
+def _loop(order, grads, run_node, retain_graph, *, add="new", release="after",
+          lookup="pop"):
+    """The backward loop with one step done as students get it wrong: ``add`` "new" (a new
+    sum), "assign" (overwrite) or "inplace" (+=); ``release`` "after", "never", "always"
+    (even with retain_graph) or "before" (before running the node); ``lookup`` "pop"
+    (skips a missing node) or "index" (grads.pop(id(node)) with no default)."""
     for node in order:
-        grad = grads.pop(id(node), None)
+        grad = grads.pop(id(node)) if lookup == "index" else grads.pop(id(node), None)
         if grad is None:
             continue
-        outs = run_node(node, grad)
-        if not retain_graph:
+        if release == "before" and not retain_graph:
             node.release()
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g
-
-
-def _propagate_inplace(order, grads, run_node, retain_graph):
-    """Accumulates with +=, which writes into a gradient object another edge also holds."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
         outs = run_node(node, grad)
-        if not retain_graph:
+        if (release == "after" and not retain_graph) or release == "always":
             node.release()
         for (child, _), g in zip(node.next_functions, outs):
             if child is None or g is None:
                 continue
-            if id(child) in grads:
-                grads[id(child)] += g
+            key = id(child)
+            if key not in grads or add == "assign":
+                grads[key] = g
+            elif add == "inplace":
+                grads[key] += g
             else:
-                grads[id(child)] = g
+                grads[key] = grads[key] + g
+
+
+def _propagate_overwrite(order, grads, run_node, retain_graph):
+    """Assigns the gradient of each edge: a tensor used twice keeps only the last one."""
+    _loop(order, grads, run_node, retain_graph, add="assign")
+
+
+def _propagate_inplace(order, grads, run_node, retain_graph):
+    """Accumulates with +=, which writes into a gradient object another edge also holds."""
+    _loop(order, grads, run_node, retain_graph, add="inplace")
 
 
 def _propagate_no_release(order, grads, run_node, retain_graph):
     """Right gradients, but the saved tensors of every node stay alive."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        outs = run_node(node, grad)
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+    _loop(order, grads, run_node, retain_graph, release="never")
 
 
 def _propagate_ignores_retain(order, grads, run_node, retain_graph):
     """Releases every node, even when the caller asked to keep the graph."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        outs = run_node(node, grad)
-        node.release()
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+    _loop(order, grads, run_node, retain_graph, release="always")
 
 
 def _toposort_recursive(roots):
@@ -105,24 +95,30 @@ def _toposort_bfs(roots):
     return order
 
 
+def _post_order(root, seen: set, skip_none: bool = True) -> list:
+    """The iterative depth-first post-order below ``root`` (not yet in ``seen``), the
+    skeleton most students' answers share; ``skip_none=False`` follows None edges too."""
+    seen.add(id(root))
+    post, stack = [], [(root, iter(root.next_functions))]
+    while stack:
+        node, children = stack[-1]
+        for child, _ in children:
+            if (child is not None or not skip_none) and id(child) not in seen:
+                seen.add(id(child))
+                stack.append((child, iter(child.next_functions)))
+                break
+        else:
+            stack.pop()
+            post.append(node)
+    return post
+
+
 def _toposort_not_reversed(roots):
     """Iterative post-order, but returned leaves first."""
     order, seen = [], set()
     for root in roots:
-        if root is None or id(root) in seen:
-            continue
-        seen.add(id(root))
-        stack = [(root, iter(root.next_functions))]
-        while stack:
-            node, children = stack[-1]
-            for child, _ in children:
-                if child is not None and id(child) not in seen:
-                    seen.add(id(child))
-                    stack.append((child, iter(child.next_functions)))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
+        if root is not None and id(root) not in seen:
+            order += _post_order(root, seen)
     return order
 
 
@@ -272,7 +268,9 @@ def _multiply_add_attributes():
     return MultiplyAdd
 
 
-def _multiply_add_swapped():
+def _multiply_add_with(backward):
+    """A MultiplyAdd whose forward is right (saves x and y) and whose backward is
+    ``backward(grad, x, y)``."""
     from mini.autograd import Function
 
     class MultiplyAdd(Function):
@@ -284,9 +282,14 @@ def _multiply_add_swapped():
         @staticmethod
         def backward(ctx, grad):
             x, y = ctx.saved_tensors
-            return grad * x, grad * y, grad
+            return backward(grad, x, y)
 
     return MultiplyAdd
+
+
+def _multiply_add_swapped():
+    """The gradients of x and y swapped."""
+    return _multiply_add_with(lambda grad, x, y: (grad * x, grad * y, grad))
 
 
 # --------------------------------------------------------------------------- edge inputs, layouts, side effects
@@ -332,22 +335,8 @@ def _toposort_per_root(roots):
     """Reverse post-order per root, concatenated: wrong when one root feeds another."""
     order, seen = [], set()
     for root in roots:
-        if root is None or id(root) in seen:
-            continue
-        seen.add(id(root))
-        post = []
-        stack = [(root, iter(root.next_functions))]
-        while stack:
-            node, children = stack[-1]
-            for child, _ in children:
-                if child is not None and id(child) not in seen:
-                    seen.add(id(child))
-                    stack.append((child, iter(child.next_functions)))
-                    break
-            else:
-                stack.pop()
-                post.append(node)
-        order.extend(reversed(post))
+        if root is not None and id(root) not in seen:
+            order += _post_order(root, seen)[::-1]
     return order
 
 
@@ -355,44 +344,34 @@ def _toposort_roots_unmarked(roots):
     """Marks the children it visits but not the roots: a root listed twice appears twice."""
     order, seen = [], set()
     for root in roots:
-        if root is None:
-            continue
-        stack = [(root, iter(root.next_functions))]
-        while stack:
-            node, children = stack[-1]
-            for child, _ in children:
-                if child is not None and id(child) not in seen:
-                    seen.add(id(child))
-                    stack.append((child, iter(child.next_functions)))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
+        if root is not None:
+            order += _post_order(root, seen)
+            seen.discard(id(root))
     return order[::-1]
+
+
+def _seed(output, gradient, *, scalar=lambda t: t.numel() == 1,
+          same=lambda g, t: tuple(g.shape) == tuple(t.shape), ones=None):
+    """seed_gradient with one test or constructor done as students get it wrong."""
+    from mini.ops.creation import ones_like
+    if gradient is None:
+        if not scalar(output):
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return (ones or ones_like)(output)
+    if not same(gradient, output):
+        raise RuntimeError("gradient and output differ in shape")
+    return gradient
 
 
 def _seed_same_numel(output, gradient):
     """Compares the number of elements instead of the shape."""
-    from mini.ops.creation import ones_like
-    if gradient is None:
-        if output.numel() != 1:
-            raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        return ones_like(output)
-    if gradient.numel() != output.numel():
-        raise RuntimeError("gradient and output differ in size")
-    return gradient
+    return _seed(output, gradient, same=lambda g, t: g.numel() == t.numel())
 
 
 def _seed_default_dtype(output, gradient):
     """mini.ones(shape): the default dtype, not the output's."""
     import mini
-    if gradient is None:
-        if output.numel() != 1:
-            raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        return mini.ones(tuple(output.shape))
-    if tuple(gradient.shape) != tuple(output.shape):
-        raise RuntimeError("shape mismatch")
-    return gradient
+    return _seed(output, gradient, ones=lambda t: mini.ones(tuple(t.shape)))
 
 
 def _accumulate_inplace(leaf, grad):
@@ -405,28 +384,12 @@ def _accumulate_inplace(leaf, grad):
 
 def _propagate_release_first(order, grads, run_node, retain_graph):
     """Frees the node's saved tensors before running it."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        if not retain_graph:
-            node.release()
-        outs = run_node(node, grad)
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+    _loop(order, grads, run_node, retain_graph, release="before")
 
 
 def _propagate_index(order, grads, run_node, retain_graph):
     """grads.pop(id(node)) without a default: KeyError at a node no gradient reached."""
-    for node in order:
-        grad = grads.pop(id(node))
-        outs = run_node(node, grad)
-        if not retain_graph:
-            node.release()
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+    _loop(order, grads, run_node, retain_graph, lookup="index")
 
 
 def _mul_jvp_no_none(a, b, tangent_a, tangent_b):
@@ -460,55 +423,22 @@ def _central_difference_input_dtype(f, x, eps=1e-6):
 
 
 def _multiply_add_two_grads():
-    from mini.autograd import Function
-
-    class MultiplyAdd(Function):
-        """Returns gradients for x and y only (z forgotten)."""
-
-        @staticmethod
-        def forward(ctx, x, y, z):
-            ctx.save_for_backward(x, y)
-            return x * y + z
-
-        @staticmethod
-        def backward(ctx, grad):
-            x, y = ctx.saved_tensors
-            return grad * y, grad * x
-
-    return MultiplyAdd
+    """Returns gradients for x and y only (z forgotten)."""
+    return _multiply_add_with(lambda grad, x, y: (grad * y, grad * x))
 
 
 def _toposort_none_children(roots):
     """Does not skip the None edges of inputs that need no gradient."""
     order, seen = [], set()
     for root in roots:
-        if id(root) in seen:
-            continue
-        seen.add(id(root))
-        stack = [(root, iter(root.next_functions))]
-        while stack:
-            node, children = stack[-1]
-            for child, _ in children:
-                if id(child) not in seen:
-                    seen.add(id(child))
-                    stack.append((child, iter(child.next_functions)))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
+        if id(root) not in seen:
+            order += _post_order(root, seen, skip_none=False)
     return order[::-1]
 
 
 def _seed_ndim(output, gradient):
     """Calls only 0-d outputs scalars: a (1,) output without a gradient raises."""
-    from mini.ops.creation import ones_like
-    if gradient is None:
-        if output.ndim != 0:
-            raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        return ones_like(output)
-    if tuple(gradient.shape) != tuple(output.shape):
-        raise RuntimeError("shape mismatch")
-    return gradient
+    return _seed(output, gradient, scalar=lambda t: t.ndim == 0)
 
 
 def _accumulate_truthiness(leaf, grad):
@@ -547,22 +477,8 @@ def _central_difference_flat(f, x, eps=1e-6):
 
 
 def _multiply_add_no_grad():
-    from mini.autograd import Function
-
-    class MultiplyAdd(Function):
-        """Returns the local derivatives without multiplying by the incoming gradient."""
-
-        @staticmethod
-        def forward(ctx, x, y, z):
-            ctx.save_for_backward(x, y)
-            return x * y + z
-
-        @staticmethod
-        def backward(ctx, grad):
-            x, y = ctx.saved_tensors
-            return y * 1.0, x * 1.0, grad * 0.0 + 1.0
-
-    return MultiplyAdd
+    """Returns the local derivatives without multiplying by the incoming gradient."""
+    return _multiply_add_with(lambda grad, x, y: (y * 1.0, x * 1.0, grad * 0.0 + 1.0))
 
 
 MISTAKES = [

@@ -412,18 +412,9 @@ def test_no_blame_when_the_others_are_right():
     """With right dependencies a failure inside mini's backward blames nobody else."""
     from grader.checks import run_in_process
 
-    def never_releases(order, grads, run_node, retain_graph):
-        # right gradients, but saved tensors are never freed: both parts fail, for a reason
-        # of its own, and no other exercise is to blame
-        for node in order:
-            grad = grads.pop(id(node), None)
-            if grad is None:
-                continue
-            outs = run_node(node, grad)
-            for (child, _), g in zip(node.next_functions, outs):
-                if child is not None and g is not None:
-                    grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
-
+    from grader.mistakes.ch02_autodiff import _propagate_no_release as never_releases
+    # right gradients, but saved tensors are never freed: both parts fail, for a reason of
+    # their own, and no other exercise is to blame
     verdict = run_in_process("02.backward", never_releases)
     assert not verdict.passed and "first" not in verdict.message
 
