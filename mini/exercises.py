@@ -33,6 +33,19 @@ CHAPTER_NOTEBOOKS = {
     "05": "05_training/training.ipynb",
     "06": "06_scaling/scaling.ipynb",
 }
+# Slots whose chapter spans several notebooks: prefix -> the notebook.
+SLOT_NOTEBOOKS = {
+    "04.cuda_": "04_hardware/cuda.ipynb",
+}
+
+
+def notebook_of(slot_id: str) -> str:
+    """The notebook in which the student writes ``slot_id``."""
+    for prefix, notebook in SLOT_NOTEBOOKS.items():
+        if slot_id.startswith(prefix):
+            return notebook
+    chapter = slot_id.split(".")[0]
+    return CHAPTER_NOTEBOOKS.get(chapter, f"chapter {chapter}")
 
 
 class ExerciseNotImplemented(NotImplementedError):
@@ -46,7 +59,7 @@ class ExerciseNotImplemented(NotImplementedError):
         self.slot_id = slot_id
         self.future = future
         chapter = slot_id.split(".")[0]
-        where = CHAPTER_NOTEBOOKS.get(chapter, f"chapter {chapter}")
+        where = notebook_of(slot_id)
         if future:
             msg = (f"{slot_id} is part of mini that you build in chapter {chapter} "
                    f"({where}); it is not available before that chapter is released")
@@ -391,12 +404,14 @@ def _check_id(slot_id: str) -> None:
 
 # Modules that own slots but are not imported by ``import mini`` (they load lazily).
 _LAZY_OWNERS = ("mini.ops.conv", "mini.ops.fast_paths", "mini.backends.cpu.exercises",
+                "mini.backends.cuda.exercises",
                 "mini.nn.discovery",
                 "mini.nn.he_init", "mini.nn.modules.normalization", "mini.nn.modules.dropout",
                 "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
                 "mini.utils.train_state", "mini.distributed.ring",
                 "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
-                "mini.utils.data.distributed", "mini.utils.checkpoint")
+                "mini.utils.data.distributed", "mini.utils.checkpoint",
+                "mini.napkin.compile", "mini.jit.tracer", "mini.jit.replay", "mini.jit.fusion")
 
 
 def _import_owner_modules() -> None:

@@ -34,19 +34,33 @@ CANARY = "mini-grader-canary: hidden checks of chapter 04 (never in feedback)"
 
 # Points, the one source: `mini-course build` prices the notebook's test cells and its
 # "What you build" table from this dict (100 in all for the chapter).
+# The chapter is two notebooks: hardware.ipynb (the CPU, 55 points) and cuda.ipynb (CUDA,
+# 45 points; its checks are in ch04_cuda.py).  The CPU part keeps its relative weights.
 POINTS = {
-    "04.omp_add": 8,
-    "04.omp_sum": 12,
-    "04.tiled_matmul": 12,
-    "04.fused_add_relu": 8,
-    "04.im2col_view": 10,
-    "04.im2col": 10,
-    "04.col2im": 10,
-    "04.conv2d_forward": 8,
-    "04.conv2d_backward": 8,
-    "04.conv_input_grad_flipped": 6,
-    "04.quiz_gemm_cost": 4,
-    "04.quiz_chain_traffic": 4,
+    "04.omp_add": 4,
+    "04.omp_sum": 7,
+    "04.tiled_matmul": 7,
+    "04.fused_add_relu": 4,
+    "04.im2col_view": 6,
+    "04.im2col": 6,
+    "04.col2im": 6,
+    "04.conv2d_forward": 4,
+    "04.conv2d_backward": 4,
+    "04.conv_input_grad_flipped": 3,
+    "04.quiz_gemm_cost": 2,
+    "04.quiz_chain_traffic": 2,
+    # cuda.ipynb
+    "04.cuda_add": 6,
+    "04.cuda_matmul_naive": 4,
+    "04.cuda_matmul_tiled": 7,
+    "04.cuda_block_sum_shared": 5,
+    "04.cuda_block_sum_shuffle": 5,
+    "04.cuda_transpose_tiled": 5,
+    "04.quiz_occupancy": 3,
+    "04.quiz_matmul_reads": 3,
+    "04.quiz_sectors": 3,
+    "04.quiz_transfer_time": 2,
+    "04.quiz_overlap": 2,
 }
 
 BIG = (1 << 20) + 13   # large enough for every `if (n > ...)` OpenMP threshold, odd size

@@ -1,4 +1,4 @@
-"""Scenarios of chapter 04 (hardware on the CPU)."""
+"""Scenarios of chapter 04 (hardware on the CPU; the CUDA part's are in ``ch04_cuda.py``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,3 +47,7 @@ def omp_sum_race(impl, *, n: int, seed: int, teams: list, per_team: int) -> list
 
 
 SCENARIOS = {"omp_sum_race": omp_sum_race}
+
+from .ch04_cuda import SCENARIOS as _CUDA_SCENARIOS  # noqa: E402 - the CUDA part's, one table
+
+SCENARIOS.update(_CUDA_SCENARIOS)
