@@ -66,13 +66,17 @@ class GradedChapter:
 
 def grade_chapter(tmp: Path, chapter: str, *, course_src: Path = COURSE,
                   extra: dict[str, Callable[[nbformat.NotebookNode], None]] | None = None,
-                  cell_timeout: int = 60, check_timeout: float = 30,
+                  cell_timeout: int = 300, check_timeout: float = 120,
                   jobs: int = 2, mini_src: Path | None = None, **init_kwargs) -> GradedChapter:
     """Init a course in ``tmp``, release ``chapter`` (any spelling), submit ``solution``
     (the source notebooks) and ``blank`` (the released ones), plus one student per entry of
     ``extra``: ``{student: edit}`` where ``edit(nb)`` modifies a copy of the source notebook
     in place; autograde everything (in sandboxes, ``jobs`` at a time) and return the scores
-    and each submission's status (``GradedChapter.results``)."""
+    and each submission's status (``GradedChapter.results``).
+
+    The time limits are generous: on a loaded machine a setup cell that compiles C++ can
+    take over a minute, and an honest solution must never lose points to the clock (the
+    limits themselves are tested in tests/grader)."""
     from grader import course
 
     course_dir = tmp / "course"
