@@ -20,6 +20,7 @@ Learners and self-learners::
     mini-course lab                              # JupyterLab on my workspace (= make lab)
     mini-course workspace                        # workspace/NN_topic/ student notebooks
     mini-course check 03                         # run my notebook, table of what passes
+    mini-course export ~/my-mini                 # my mini as a package, with mini's tests
 
 Authors and maintainers::
 
@@ -196,6 +197,12 @@ def _cmd_workspace(a) -> int:
     return 0
 
 
+def _cmd_export(a) -> int:
+    from grader.own import export
+    export(a.dir, a.workspace, log=lambda msg: print(msg, file=sys.stderr))
+    return 0
+
+
 def _cmd_sync(a) -> int:
     from grader.course import default_course_src, default_mini_src, list_chapters
     from grader.solutions import reference_regions, sync_notebook
@@ -345,6 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "path on stdout (progress goes to stderr)")
     s.add_argument("--dir", default=None, help="default: workspace/ at the repository root")
     s.set_defaults(func=_cmd_workspace)
+
+    s = sub.add_parser("export", help="write your mini as a Python package: mini with your "
+                                      "code in every slot you wrote, a README of what is "
+                                      "whose, and mini's tests (run `pytest` there)")
+    s.add_argument("dir", help="a new (or empty) folder")
+    s.add_argument("--workspace", default=None,
+                   help="default: $MINI_WORKSPACE or workspace/ at the repository root")
+    s.set_defaults(func=_cmd_export)
 
     s = sub.add_parser("build", help="build the chapter notebooks from their sources "
                                      "(course/sources/NN_topic/*.md)")

@@ -53,7 +53,8 @@ COURSE_FILE = ".mini-course.json"
 # Copied from a submission into the grading folder never (besides nbgrader's defaults):
 # packages that would shadow the grader's own imports in the kernel.
 IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grader", "numpy",
-          "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR]
+          "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR,
+          ".mini-workspace.json"]
 
 
 class CourseError(Exception):
@@ -1207,6 +1208,16 @@ def grades(course_dir: str | Path | None = None) -> list[dict]:
 
 # --------------------------------------------------------------------------- workspace
 
+def mark_workspace_chapter(folder: Path) -> None:
+    """Mark ``folder`` as a chapter of a learner's workspace: its setup cell may then load the
+    learner's passing answers from the earlier chapters next to it (:mod:`mini.yours`).  A
+    class release has no such file, and reads nothing outside its folder."""
+    from mini.yours import WORKSPACE_MARKER
+    marker = folder / WORKSPACE_MARKER
+    if not marker.exists():
+        marker.write_text(json.dumps({"workspace": "..", "chapter": folder.name}) + "\n")
+
+
 def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = None,
               mini_src: Path | None = None, log=print) -> Path:
     """Create or extend the learner's workspace: for each chapter of course/ with a
@@ -1251,4 +1262,7 @@ def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = Non
                         if not (dest / nb.name).exists():
                             shutil.copy2(nb, dest / nb.name)
                             log(f"added {dest / nb.name}")
+    for ch in chapters:   # (workspaces made before the marker existed gain it too)
+        if (ws / ch).is_dir():
+            mark_workspace_chapter(ws / ch)
     return ws

@@ -378,6 +378,8 @@ def test_workspace_never_overwrites_and_grows(tmp_path):
     text = nb.read_text()
     assert "run_check" not in text and "step *= max(dim, 1)" not in text
     assert (ws / ".gitignore").read_text().strip().endswith("*")
+    # the marker that lets a later chapter's setup load this one's answers (mini.yours)
+    assert '"workspace": ".."' in (ws / FIXTURE_CHAPTER / ".mini-workspace.json").read_text()
     nb.write_text(text.replace("YOUR CODE HERE", "MY OWN WORK"))
     (ws / FIXTURE_CHAPTER / "mini" / "_release.py").write_text("CHAPTER = 99\n")
     # A chapter added later appears on the next run; existing work is untouched.
