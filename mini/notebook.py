@@ -13,13 +13,17 @@ saying what a visible check expected and what came back).
 - :func:`expect` (exact values: ints, tuples), :func:`expect_close` (mini tensors),
   :func:`expect_array_close` (numpy arrays), :func:`expect_pair`, :func:`expect_raises`:
   visible checks that say what was expected, what came back and the likely mistake.
-- :func:`self_check`: tell right or wrong on a self-check question, with a short why.
+- :func:`self_check`: tell right or wrong on a self-check question, with a short why
+  (verdicts keyed by :func:`answer_digest` of each foreseen answer); :func:`check_answer`:
+  the same with only the right answer's digest (:func:`answer_key`) and plain-text
+  explanations of the foreseen wrong ones.
 - :func:`values`: a mini tensor's numbers as a float64 numpy array.
 - :data:`INTERACTIVE`: whether live widgets, plots and progress bars are worth drawing.
 - :func:`run_check`: the hidden tests of an exercise where the grader is installed.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from contextlib import contextmanager
@@ -32,7 +36,7 @@ from mini.utils.cpp_extension import CompileError
 
 __all__ = ["needs_exercises", "values", "expect", "expect_close", "expect_array_close",
            "expect_pair", "expect_raises", "INTERACTIVE", "run_check", "answer_digest",
-           "self_check", "answered"]
+           "self_check", "answered", "check_answer", "answer_key"]
 
 # Live widgets, redrawn plots and progress bars only help a person watching: not while
 # nbgrader autogrades (NBGRADER_EXECUTION) nor where the course turns them off.
@@ -193,3 +197,40 @@ def run_check(slot_id: str, fn: Callable) -> None:
         return
     from grader.hidden import run_check as grade
     grade(slot_id, fn)
+
+
+def _normalized_answer(answer) -> str | None:
+    """A self-check answer as text: a letter in upper case, a number in 6 significant
+    digits; None for anything else."""
+    if isinstance(answer, str):
+        return answer.strip().upper()
+    if isinstance(answer, (int, float, np.integer, np.floating)) and not isinstance(answer, bool):
+        return f"{float(answer):.6g}"
+    return None
+
+
+def answer_key(question: str, answer) -> str:
+    """The digest of ``answer`` to self-check ``question`` that :func:`check_answer` compares
+    with (so the cell that checks an answer does not show it)."""
+    text = _normalized_answer(answer)
+    return hashlib.sha256(f"{question}:{text}".encode()).hexdigest()[:16]
+
+
+def check_answer(question: str, answer, *, key: str, explain: dict[str, str]) -> bool:
+    """Say whether ``answer`` to self-check ``question`` is right, and why.
+
+    ``key`` is :func:`answer_key` of the right answer; ``explain`` maps answers (letters, or
+    numbers written as :func:`answer_key` normalizes them) to a sentence shown when that
+    answer is given, ``"right"`` to the sentence shown for the right answer and ``"other"``
+    to the one for any other wrong answer.  Prints the verdict and returns it; the graded
+    answer is whatever the function returns when the notebook is submitted."""
+    text = _normalized_answer(answer)
+    if text is None:
+        raise AssertionError(f"{question}: your answer should be a letter (a string such as "
+                             f"'A') or a number, got {type(answer).__name__}")
+    if answer_key(question, answer) == key:
+        print(f"{question}: {text} is right. {explain.get('right', '')}".rstrip())
+        return True
+    why = explain.get(text, explain.get("other", "think it through once more"))
+    print(f"{question}: {text} is not right. {why}")
+    return False

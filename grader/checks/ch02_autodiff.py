@@ -17,11 +17,12 @@ named part of the points.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
-from grader.checks import check, part
+from grader.checks import CheckFailed, check, part
 from grader.checks.helpers import (call, describe, expect_choice, expect_float, fail,
                                    raised_as_failure, rng)
 from grader.checks.student import StudentRaised
@@ -101,7 +102,8 @@ def _tensor(array, requires_grad: bool = False) -> TensorSpec:
     return TensorSpec(np.array(array, copy=True), requires_grad=requires_grad)
 
 
-def _read(value, what: str, *, shape=None, dtype=None, hint_shape: str = "") -> np.ndarray:
+def _read(value, what: str, *, shape=None, dtype=None, hint_shape: str = "",
+          dtype_from: str = "the incoming gradient") -> np.ndarray:
     """The values of a mini Tensor the student returned (a record), as a numpy array; shape
     and dtype are checked when given (``hint_shape`` is appended to a shape mismatch)."""
     if type(value) is not TensorRecord:
@@ -116,8 +118,9 @@ def _read(value, what: str, *, shape=None, dtype=None, hint_shape: str = "") -> 
         msg = f"{what} has shape {arr.shape}, expected {tuple(shape)}"
         fail(f"{msg}; {hint_shape}" if hint_shape else msg)
     if dtype is not None and arr.dtype != np.dtype(dtype):
-        fail(f"{what} has dtype {arr.dtype}, expected {np.dtype(dtype)} (the dtype of the "
-             f"incoming gradient): keep the computation in the gradient's dtype")
+        fail(f"{what} has dtype {arr.dtype}, expected {np.dtype(dtype)} (the dtype of "
+             f"{dtype_from}): keep the computation in that dtype (a tensor or array made "
+             f"without a dtype gets the default one)")
     return np.array(arr, copy=True)
 
 
@@ -199,6 +202,101 @@ def _same_shape_cases(gen, k=TRIALS):
     return shapes
 
 
+# =========================================================================== layouts and side effects
+
+def _logical(value, layout):
+    """The values an argument of :func:`grader.worker.scenarios.ch02.vjp_layout` holds."""
+    if isinstance(layout, list) and layout[0] == "expand":
+        return np.broadcast_to(value, tuple(layout[1]))
+    return value
+
+
+_LAYOUT_WORDS = {"transposed": "a transposed view", "flipped": "a view with a negative stride",
+                 "contiguous": "a contiguous tensor"}
+
+
+def _layout_text(names, values, layouts) -> str:
+    parts = []
+    for name, v, lay in zip(names, values, layouts):
+        if type(v) is not np.ndarray:
+            parts.append(f"{name}={v!r}")
+        elif isinstance(lay, list) and lay[0] == "expand":
+            parts.append(f"{name} of shape {_shape_text(lay[1])} {v.dtype} (a broadcast view "
+                         f"with stride 0)")
+        elif isinstance(lay, list) and lay[0] == "size":
+            parts.append(f"{name}={_shape_text(lay[1])}")
+        else:
+            parts.append(f"{name} of shape {_shape_text(v.shape)} {v.dtype}"
+                         f"{' (' + _LAYOUT_WORDS[lay] + ')' if lay in ('transposed', 'flipped') else ''}")
+    return ", ".join(parts)
+
+
+def _layout_call(fn, name: str, arg_names, values, layouts, hint: str = ""):
+    """``fn(*values)`` with the arguments built in the worker with ``layouts`` (views that
+    are not contiguous, stride-0 broadcasts), failing with the call described when it
+    raised or wrote into one of its inputs.  Returns (what came back, the call's text)."""
+    what = f"{name}({_layout_text(arg_names, values, layouts)})"
+    obs = _scenario(fn, "vjp_layout", what, args=list(values), layouts=list(layouts))
+    if "raised" in obs:
+        rec = obs["raised"]
+        if type(rec) is ExceptionRecord and rec.not_implemented:
+            raise raised_as_failure(StudentRaised(rec), what) from None
+        text = rec.text() if type(rec) is ExceptionRecord else describe(rec)
+        bits = [b for b in (hint,) if b]
+        if any(c is False for c in obs.get("contiguous", [])):
+            bits.append("an input arrived as a view that is not contiguous: use operations that "
+                        "work on any layout (reshape, not view)")
+        fail(f"{what} raised {text}" + (f"; {'; '.join(bits)}" if bits else ""))
+    if obs["changed"]:
+        i = obs["changed"][0]
+        fail(f"{what} changed its input {arg_names[i]} in place: a backward rule must not "
+             f"write into its arguments (the same gradient tensor can be handed to several "
+             f"inputs, and saved inputs are needed again); compute a new tensor instead of an "
+             f"in-place update (x *= ..., x.mul_(...))")
+    return obs["value"], what
+
+
+def _layout_cases(gen, shape=(3, 4)):
+    """(dtype, layout of grad, layout of the other tensors, shape) for the layout checks:
+    a transposed gradient, a stride-0 (broadcast) gradient, inputs with negative strides,
+    empty and size-1 tensors, float32 and float64."""
+    return [(np.float32, "transposed", "flipped", shape),
+            (np.float64, "flipped", "transposed", shape),
+            (np.float64, "expand", "contiguous", shape),
+            (np.float32, "contiguous", "contiguous", (0, 3)),
+            (np.float64, "contiguous", "flipped", (1, 1))]
+
+
+def _grad_layout(gen, shape, dtype, layout):
+    """(value for the scenario, layout) of a gradient of ``shape``: for "expand" a row
+    broadcast along the first axis."""
+    if layout == "expand" and len(shape) >= 1:
+        return _randn(gen, (1,) + tuple(shape[1:]), dtype), ["expand", list(shape)]
+    return _randn(gen, shape, dtype), layout
+
+
+def _elementwise_layouts(fn, name, arg_names, make, oracle, *, pair=False, hint=""):
+    """The layout and edge cases of an elementwise VJP: ``make(gen, shape, dtype)`` gives
+    the arguments after grad (arrays or numbers), ``oracle(g, *args)`` the expected
+    gradient(s) in float64 from the arguments' values."""
+    gen = rng()
+    for dtype, glay, lay, shape in _layout_cases(gen):
+        g, gl = _grad_layout(gen, shape, dtype, glay)
+        others = make(gen, shape, dtype)
+        values = [g] + list(others)
+        layouts = [gl] + [lay if type(v) is np.ndarray else None for v in others]
+        got, what = _layout_call(fn, name, arg_names, values, layouts, hint)
+        logical = [np.asarray(_logical(v, l), dtype=np.float64) if type(v) is np.ndarray else v
+                   for v, l in zip(values, layouts)]
+        expected = oracle(*logical)
+        items = _pair(got, what) if pair else (got,)
+        expected = expected if pair else (expected,)
+        for k, (item, exp) in enumerate(zip(items, expected)):
+            label = f"{what}: {'grad_a' if k == 0 else 'grad_b'}"
+            arr = _read(item, label, shape=shape, dtype=dtype)
+            _compare(arr, np.broadcast_to(exp, shape), label, dtype)
+
+
 # =========================================================================== elementwise VJPs
 
 @check("02.add_vjp", points=POINTS["02.add_vjp"])
@@ -215,7 +313,9 @@ def check_add_vjp(fn):
                      wrong=[(-g, "out = a + b changes by exactly as much as a or b does: both "
                                  "local derivatives are +1, so both gradients are grad itself"),
                             (np.zeros_like(g), "both gradients are grad itself, not zero")],
-                     hint="d(a + b)/da = d(a + b)/db = 1, so both gradients equal grad")
+                     hint="a sum changes exactly as much as each of its terms does: what is the local derivative of a + b with respect to each input, and what does the chain rule make of it?")
+    _elementwise_layouts(fn, "add_vjp", ("grad", "a", "b"), lambda gen, shape, dtype: (None, None),
+                         lambda g, a, b: (g, g), pair=True)
 
 
 def _binary_cases(gen, low=None, positive_b=False):
@@ -250,6 +350,10 @@ def _binary_cases(gen, low=None, positive_b=False):
     return cases
 
 
+_BINARY_HINT = ("; a or b may be a plain Python number, and a and b may have different "
+                "(broadcast) shapes: the gradients are shaped like out, grad's shape")
+
+
 def _arg(x):
     return _tensor(x) if isinstance(x, np.ndarray) else x
 
@@ -263,7 +367,7 @@ def check_mul_vjp(fn):
     gen = rng()
     for g, a, b, dtype in _binary_cases(gen):
         what = f"mul_vjp(grad, a, b) with {_desc(g, a, b)}"
-        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what), what)
+        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what, hint=_BINARY_HINT), what)
         g64 = g.astype(np.float64)
         a64, b64 = _bcast(a, g.shape), _bcast(b, g.shape)
         exp_a, exp_b = g64 * b64, g64 * a64
@@ -271,15 +375,20 @@ def check_mul_vjp(fn):
                    hint_shape="return gradients shaped like out (grad's shape); the caller sums "
                               "them back to each input's shape")
         _compare(ga, exp_a, f"{what}: grad_a", dtype,
-                 wrong=[(g64 * a64, "grad_a is grad times the OTHER factor: d(a*b)/da = b, so "
-                                    "grad_a = grad * b (you used a)"),
-                        (g64, "d(a*b)/da = b: multiply grad by b")])
+                 wrong=[(g64 * a64, "grad_a came out as grad times a: the local derivative of a "
+                                    "product with respect to one factor is the OTHER factor"),
+                        (g64, "grad_a came out as grad itself: the local derivative of a*b "
+                              "with respect to a is not 1")])
         gb = _read(got[1], f"{what}: grad_b", shape=g.shape, dtype=dtype,
                    hint_shape="return gradients shaped like out (grad's shape)")
         _compare(gb, exp_b, f"{what}: grad_b", dtype,
-                 wrong=[(g64 * b64, "grad_b is grad times the OTHER factor: d(a*b)/db = a, so "
-                                    "grad_b = grad * a (you used b)"),
-                        (g64, "d(a*b)/db = a: multiply grad by a")])
+                 wrong=[(g64 * b64, "grad_b came out as grad times b: the local derivative of a "
+                                    "product with respect to one factor is the OTHER factor"),
+                        (g64, "grad_b came out as grad itself: the local derivative of a*b "
+                              "with respect to b is not 1")])
+    _elementwise_layouts(fn, "mul_vjp", ("grad", "a", "b"),
+                         lambda gen, shape, dtype: (_randn(gen, shape, dtype), _randn(gen, shape, dtype)),
+                         lambda g, a, b: (g * b, g * a), pair=True)
 
 
 @check("02.div_vjp", points=POINTS["02.div_vjp"])
@@ -287,20 +396,29 @@ def check_div_vjp(fn):
     gen = rng()
     for g, a, b, dtype in _binary_cases(gen, low=0.5):
         what = f"div_vjp(grad, a, b) with {_desc(g, a, b)}"
-        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what), what)
+        got = _pair(_call(fn, _tensor(g), _arg(a), _arg(b), label=what, hint=_BINARY_HINT), what)
         g64 = g.astype(np.float64)
         a64, b64 = _bcast(a, g.shape), _bcast(b, g.shape)
         exp_a, exp_b = g64 / b64, -g64 * a64 / (b64 * b64)
         ga = _read(got[0], f"{what}: grad_a", shape=g.shape, dtype=dtype)
         _compare(ga, exp_a, f"{what}: grad_a", dtype,
-                 wrong=[(g64 * b64, "d(a/b)/da = 1/b: divide grad by b, don't multiply"),
-                        (-g64 / b64, "d(a/b)/da = +1/b: the minus sign belongs to grad_b only")])
+                 wrong=[(g64 * b64, "grad_a came out as grad times b: how does a/b change when a grows "
+                                    "by a little?"),
+                        (-g64 / b64, "the sign of grad_a is wrong: a/b grows with a when b > 0")])
         gb = _read(got[1], f"{what}: grad_b", shape=g.shape, dtype=dtype)
         _compare(gb, exp_b, f"{what}: grad_b", dtype,
-                 wrong=[(g64 * a64 / (b64 * b64), "the sign of grad_b is wrong: d(a/b)/db = "
-                                                  "-a/b², so grad_b = -grad * a / b²"),
-                        (-g64 / (b64 * b64), "d(a/b)/db = -a/b²: you dropped the factor a"),
-                        (-g64 * a64 / b64, "d(a/b)/db = -a/b²: b must be squared")])
+                 wrong=[(g64 * a64 / (b64 * b64), "the sign of grad_b is wrong: for a > 0 "
+                                                  "and b > 0, a/b shrinks as b grows"),
+                        (-g64 / (b64 * b64), "grad_b does not depend on a in your answer, but "
+                                             "the derivative of a/b with respect to b does: a "
+                                             "factor is missing"),
+                        (-g64 * a64 / b64, "check the power of b in the derivative of a/b with "
+                                           "respect to b (write a/b as a·b⁻¹ and use the power "
+                                           "rule)")])
+    _elementwise_layouts(fn, "div_vjp", ("grad", "a", "b"),
+                         lambda gen, shape, dtype: (_randn(gen, shape, dtype),
+                                                    _randn(gen, shape, dtype, low=0.5)),
+                         lambda g, a, b: (g / b, -g * a / (b * b)), pair=True)
 
 
 @check("02.pow_vjp", points=POINTS["02.pow_vjp"])
@@ -313,16 +431,39 @@ def check_pow_vjp(fn):
         a = np.abs(_randn(gen, shape, np.float64, low=0.4)).astype(dtype)  # a > 0: any exponent works
         g = _randn(gen, shape, dtype)
         what = f"pow_vjp(grad, a, exponent={p!r}) with {_desc(g, a)}"
-        got = _call(fn, _tensor(g), _tensor(a), p, label=what)
+        got = _call(fn, _tensor(g), _tensor(a), p, label=what,
+                    hint="; the exponent is a plain Python number (int or float)")
         arr = _read(got, f"{what}: grad_a", shape=shape, dtype=dtype)
         a64, g64 = a.astype(np.float64), g.astype(np.float64)
         expected = g64 * p * a64 ** (p - 1)
         _compare(arr, expected, what, dtype,
-                 wrong=[(g64 * a64 ** (p - 1), "d(a**p)/da = p * a**(p-1): you dropped the factor p"),
-                        (g64 * p * a64 ** p, "d(a**p)/da = p * a**(p-1): lower the exponent by one"),
-                        (g64 * (p - 1) * a64 ** (p - 1), "d(a**p)/da = p * a**(p-1): the factor is p, "
+                 wrong=[(g64 * a64 ** (p - 1), "the power rule brings the exponent down as a factor: you dropped the factor p"),
+                        (g64 * p * a64 ** p, "the power rule lowers the exponent by one"),
+                        (g64 * (p - 1) * a64 ** (p - 1), "the power rule's factor is the exponent, "
                                                          "not p - 1"),
                         (p * a64 ** (p - 1), "multiply the local derivative by grad (the chain rule)")])
+    # whole exponents are defined for every base: zeros (where a ** (p-1) is 0 ** 0 = 1 for
+    # p = 1) and negative numbers
+    for p in (1, 2, 3, 2.0):
+        a = np.array([0.0, -1.5, 2.0, 0.0, -0.5, 1.0])
+        g = _randn(gen, a.shape)
+        what = f"pow_vjp(grad, a, exponent={p!r}) with a = {_show(a)}"
+        arr = _read(_call(fn, _tensor(g), _tensor(a), p, label=what), f"{what}: grad_a",
+                    shape=a.shape, dtype=np.float64)
+        expected = g * p * a ** (p - 1)
+        if not np.all(np.isfinite(arr[a == 0])):
+            fail(f"{what}: the gradient at a = 0 is {_show(arr[a == 0])}, expected "
+                 f"{_show(expected[a == 0])}: the derivative of a ** {p} is finite at 0, but "
+                 f"your formula divides by a (or takes log(a)) there; write it without that")
+        if not np.all(np.isfinite(arr[a < 0])):
+            fail(f"{what}: the gradient at negative a is {_show(arr[a < 0])}, expected "
+                 f"{_show(expected[a < 0])}: a whole power of a negative number is defined; "
+                 f"avoid log(a) (it is nan for a < 0)")
+        _compare(arr, expected, what, np.float64)
+    _elementwise_layouts(fn, "pow_vjp", ("grad", "a", "exponent"),
+                         lambda gen, shape, dtype: (np.abs(_randn(gen, shape, np.float64, low=0.4))
+                                                    .astype(dtype), 1.5),
+                         lambda g, a, p: g * p * a ** (p - 1))
 
 
 @check("02.exp_vjp", points=POINTS["02.exp_vjp"])
@@ -341,7 +482,11 @@ def check_exp_vjp(fn):
                  wrong=[(g64 * np.exp(o64), "the second argument is already exp(a): the "
                                             "gradient is grad * out, don't take exp again"),
                         (o64, "multiply by grad (the chain rule)"),
-                        (g64, "d exp(a)/da = exp(a) = out: multiply grad by out")])
+                        (g64, "grad came back unchanged: exp is its own derivative, and that value is "
+                              "already at hand")])
+    _elementwise_layouts(fn, "exp_vjp", ("grad", "out"),
+                         lambda gen, shape, dtype: (np.exp(0.5 * gen.standard_normal(shape)).astype(dtype),),
+                         lambda g, out: g * out)
 
 
 @check("02.log_vjp", points=POINTS["02.log_vjp"])
@@ -356,10 +501,14 @@ def check_log_vjp(fn):
                     shape=a.shape, dtype=dtype)
         g64, a64 = g.astype(np.float64), a.astype(np.float64)
         _compare(arr, g64 / a64, what, dtype,
-                 wrong=[(g64 * a64, "d log(a)/da = 1/a: divide grad by a"),
-                        (g64 * np.log(a64), "d log(a)/da = 1/a, not log(a)"),
-                        (-g64 / (a64 * a64), "that is the second derivative; d log(a)/da = 1/a"),
+                 wrong=[(g64 * a64, "grad_a came out as grad times a: what is the derivative of log?"),
+                        (g64 * np.log(a64), "the derivative of log(a) is not log(a) itself"),
+                        (-g64 / (a64 * a64), "that is the second derivative of log; the first is needed"),
                         (1 / a64, "multiply 1/a by grad (the chain rule)")])
+    _elementwise_layouts(fn, "log_vjp", ("grad", "a"),
+                         lambda gen, shape, dtype: (np.abs(_randn(gen, shape, np.float64, low=0.3))
+                                                    .astype(dtype),),
+                         lambda g, a: g / a)
 
 
 @check("02.relu_vjp", points=POINTS["02.relu_vjp"])
@@ -388,6 +537,13 @@ def check_relu_vjp(fn):
                         ((a64 > 0).astype(np.float64), "multiply the mask by grad (the chain rule)"),
                         (g64 * np.maximum(a64, 0), "the local derivative is the mask (a > 0), "
                                                    "not relu(a) itself")])
+
+    def relu_input(gen, shape, dtype):
+        a = _randn(gen, shape, dtype)
+        if a.size:
+            a.reshape(-1)[::3] = 0.0
+        return (a,)
+    _elementwise_layouts(fn, "relu_vjp", ("grad", "a"), relu_input, lambda g, a: g * (a > 0))
 
 
 # =========================================================================== unbroadcast
@@ -460,12 +616,40 @@ def check_unbroadcast(fn):
         dtype = np.float32 if i % 4 == 3 else np.float64
         g = g.astype(dtype)
         what = f"sum_to(grad of shape {_shape_text(g.shape)}, {_shape_text(shape)})"
-        got = _call(fn, _tensor(g), shape, label=what)
+        got = _call(fn, _tensor(g), shape, label=what,
+                    hint="; the target shape can be shorter than grad's, contain length-1 "
+                         "axes, or be () (a scalar was broadcast)")
         expected = _sum_to_oracle(g.astype(np.float64), shape)
         arr = _read(got, what, dtype=dtype)
         _compare(arr, expected, what, dtype, wrong=_unbroadcast_wrong(g.astype(np.float64), shape),
-                 hint="sum over the new leading axes and over the axes where the target has "
+                 hint="every broadcast copy of an input element sends it a gradient: which axes did "
+                      "broadcasting create or stretch? (the result has the target's shape)"
                       "length 1, then reshape to the target shape")
+    # edge inputs and layouts: a length-1 axis broadcast to length 0, empty gradients,
+    # size-1 targets, transposed / negative-stride / stride-0 gradients (float32 too)
+    edge = [((0, 3), (1, 3), "contiguous", np.float64),
+            ((2, 0), (2, 1), "contiguous", np.float32),
+            ((4, 0, 3), (3,), "contiguous", np.float64),
+            ((1, 1), (1,), "contiguous", np.float64),
+            ((3, 4), (1, 4), "transposed", np.float32),
+            ((2, 3, 4), (3, 1), "flipped", np.float64),
+            ((3, 4), (4,), "expand", np.float64),
+            ((2, 3), (2, 3), "transposed", np.float64)]
+    for g_shape, target, layout, dtype in edge:
+        g, lay = _grad_layout(gen, g_shape, dtype, layout)
+        got, what = _layout_call(fn, "sum_to", ("grad", "shape"), [g, target], [lay, None])
+        g_full = np.asarray(_logical(g, lay), dtype=np.float64)
+        arr = _read(got, what, dtype=dtype)
+        wrong = _unbroadcast_wrong(g_full, target)
+        if arr.shape != tuple(target) and 0 in g_shape:
+            grown = tuple(i for i, (t, d) in enumerate(zip(target[::-1], g_shape[::-1]))
+                          if t == 1 and d == 0)
+            if grown:
+                fail(f"{what} has shape {arr.shape}, expected {tuple(target)}: a length-1 axis "
+                     f"can be broadcast to length 0 too (the grad is shorter than the target "
+                     f"there); decide which axes to sum by where the TARGET has length 1, not by "
+                     f"which side is longer")
+        _compare(arr, _sum_to_oracle(g_full, target), what, dtype, wrong=wrong)
 
 
 # =========================================================================== reductions and shapes
@@ -504,7 +688,7 @@ def _reduction_wrong(g64, shape, axes, keepdim, n):
     kept = g64.reshape(_keep_shape(shape, axes))
     right = np.broadcast_to(kept, shape)
     out = [(g64, "the gradient must have the input's shape: broadcast grad back over the "
-                 "reduced axes (grad.reshape(...).expand(input_shape))")]
+                 "reduced axes")]
     if not keepdim and g64.ndim >= 1:
         try:
             wrong_axis = np.broadcast_to(g64, shape)
@@ -529,10 +713,46 @@ def check_sum_vjp(fn):
                                  "every element it added up"))
         arr = _read(got, what, dtype=dtype)
         _compare(arr, right, what, dtype, wrong=wrong)
+    _reduction_layouts(fn, "sum_vjp", mean=False)
+
+
+def _reduction_layouts(fn, name: str, mean: bool):
+    """sum_vjp / mean_vjp on edge inputs and layouts: an axis of length 0 (n = 0 for a mean:
+    an empty gradient, no error), size-1 axes, transposed and negative-stride gradients."""
+    gen = rng()
+    cases = [((0, 3), (0,), False, "contiguous", np.float64),
+             ((2, 0), (1,), False, "contiguous", np.float32),
+             ((2, 0), (1,), True, "contiguous", np.float64),
+             ((3, 1), (1,), False, "contiguous", np.float64),
+             ((1, 1), (0, 1), True, "contiguous", np.float32),
+             ((2, 3, 4), (0,), False, "transposed", np.float32),
+             ((4, 3, 2), (1,), True, "flipped", np.float64)]
+    for shape, axes, keepdim, layout, dtype in cases:
+        out_shape = _keep_shape(shape, axes) if keepdim else \
+            tuple(d for i, d in enumerate(shape) if i not in axes)
+        g = _randn(gen, out_shape, dtype)
+        hint = ""
+        if mean and math.prod(shape[a] for a in axes) == 0:
+            hint = ("an axis of length 0 averages no elements (n = 0): the input's gradient is "
+                    "then empty, and computing it must not fail")
+        got, what = _layout_call(fn, name, ("grad", "input_shape", "axes", "keepdim"),
+                                 [g, list(shape), tuple(axes), keepdim],
+                                 [layout, ["size", list(shape)], None, None], hint)
+        arr = _read(got, what, shape=shape, dtype=dtype)
+        right = np.broadcast_to(g.astype(np.float64).reshape(_keep_shape(shape, axes)), shape)
+        n = math.prod(shape[a] for a in axes)
+        if mean and n:
+            right = right / n
+        _compare(arr, right, what, dtype)
 
 
 @check("02.mean_vjp", points=POINTS["02.mean_vjp"])
 def check_mean_vjp(fn):
+    with _blame_others(fn, ("02.sum_vjp",), may_call=True):
+        _check_mean_vjp(fn)
+
+
+def _check_mean_vjp(fn):
     gen = rng()
     cases = [c for c in _reduction_cases(gen) if math.prod(c[0][a] for a in c[1]) > 1]
     for i, (shape, axes, keepdim) in enumerate(cases):
@@ -543,12 +763,17 @@ def check_mean_vjp(fn):
         wrong = [(w / n, why) for w, why in wrong] + wrong[:1]
         wrong.append((right, "scale by 1/n: each element contributed 1/n of the mean"))
         total = math.prod(shape)
+        if len(axes) > 1 and shape[axes[0]] != n:
+            wrong.append((right / shape[axes[0]], f"n is the number of elements averaged: the "
+                                                  f"product of the lengths of ALL the reduced "
+                                                  f"axes ({n}), not of the first one"))
         if total != n:
             wrong.append((right * n / total, f"n is the number of elements averaged ({n}, the "
                                              f"product of the reduced axes' lengths), not the "
                                              f"input's numel ({total})"))
         arr = _read(got, what, dtype=dtype)
         _compare(arr, right / n, what, dtype, wrong=wrong)
+    _reduction_layouts(fn, "mean_vjp", mean=True)
 
 
 @check("02.reshape_vjp", points=POINTS["02.reshape_vjp"])
@@ -566,6 +791,15 @@ def check_reshape_vjp(fn):
                     hint_shape="the gradient of an input has that input's shape: reshape grad "
                                "back to input_shape")
         _compare(arr, g.reshape(in_shape), what, np.float64)
+    for out_shape, in_shape, layout, dtype in [((4, 3), (2, 6), "transposed", np.float32),
+                                               ((3, 4), (12,), "flipped", np.float64),
+                                               ((3, 4), (2, 2, 3), "expand", np.float64),
+                                               ((0, 3), (3, 0), "contiguous", np.float32)]:
+        g, lay = _grad_layout(gen, out_shape, dtype, layout)
+        got, what = _layout_call(fn, "reshape_vjp", ("grad", "input_shape"),
+                                 [g, list(in_shape)], [lay, ["size", list(in_shape)]])
+        arr = _read(got, what, shape=in_shape, dtype=dtype)
+        _compare(arr, np.asarray(_logical(g, lay)).reshape(in_shape), what, dtype)
 
 
 def _inverse(axes):
@@ -592,12 +826,30 @@ def check_permute_vjp(fn):
         arr = _read(_call(fn, _tensor(g), axes, label=what), what, dtype=np.float64)
         expected = np.transpose(g, _inverse(axes))
         wrong = [(np.transpose(g, axes), "you applied the same permutation again; the gradient "
-                                         "needs the INVERSE permutation (inverse[axes[i]] = i)")]
+                                         "needs the INVERSE permutation")]
+        if tuple(axes) != tuple(range(len(axes))):
+            wrong.append((g, "grad came back in out's axis order: put its axes back in the "
+                             "input's order (the INVERSE permutation)"))
+        rev = tuple(reversed(axes))
+        if rev != _inverse(axes):
+            wrong.append((np.transpose(g, rev), "reversing the list of axes is the INVERSE "
+                                                "permutation only when two axes are swapped"))
         if len(axes) > 1:
             wrong.append((np.transpose(g, tuple(reversed(range(len(axes))))),
                           "reversing every axis (.T) is the inverse only for 2-D; invert the "
                           "permutation instead"))
         _compare(arr, expected, what, np.float64, wrong=wrong)
+    for in_shape, axes, layout, dtype in [((2, 3, 4), (2, 0, 1), "flipped", np.float32),
+                                          ((3, 4), (1, 0), "transposed", np.float64),
+                                          ((2, 0, 3), (1, 2, 0), "contiguous", np.float64),
+                                          ((1, 5, 1), (2, 1, 0), "contiguous", np.float32)]:
+        g = _randn(gen, tuple(in_shape[a] for a in axes), dtype)
+        got, what = _layout_call(fn, "permute_vjp", ("grad", "axes"), [g, tuple(axes)],
+                                 [layout, None])
+        arr = _read(got, what, shape=in_shape, dtype=dtype)
+        _compare(arr, np.transpose(g.astype(np.float64), _inverse(axes)), what, dtype,
+                 wrong=[(np.transpose(g, axes), "you applied the same permutation again; the "
+                                               "gradient needs the INVERSE permutation")])
 
 
 def _T(x):
@@ -637,14 +889,20 @@ def check_matmul_vjp(fn):
         got = _pair(_call(fn, _tensor(g), _tensor(a), _tensor(b), label=what, hint=hint), what)
         g64, a64, b64 = (v.astype(np.float64) for v in (g, a, b))
         exp_a, exp_b = g64 @ _T(b64), _T(a64) @ g64
-        wrong_a = [(_mm(g64, b64), "grad_a = grad @ bᵀ: transpose b (the last two axes)"),
-                   (_mm(_T(b64), g64), "grad_a = grad @ bᵀ: the order of the factors matters"),
-                   (_mm(b64, _T(g64)), "grad_a = grad @ bᵀ, not its transpose"),
-                   (_T(exp_a), "grad_a is transposed: it must have a's shape, grad_a = grad @ bᵀ"),
+        wrong_a = [(_mm(g64, b64), "grad_a came out as grad @ b with no transpose: line up the "
+                                         "shapes; one operand must be transposed (last two axes) "
+                                         "for the product to have a's shape"),
+                   (_mm(_T(b64), g64), "grad_a has the right factors in the wrong order: a matrix "
+                                            "product does not commute"),
+                   (_mm(b64, _T(g64)), "grad_a came out transposed relative to what a needs"),
+                   (_T(exp_a), "grad_a is transposed: it must have a's shape"),
                    (exp_b, "the two gradients are swapped: return (grad_a, grad_b) in that order")]
-        wrong_b = [(_mm(a64, g64), "grad_b = aᵀ @ grad: transpose a (the last two axes)"),
-                   (_mm(g64, _T(a64)), "grad_b = aᵀ @ grad: the order of the factors matters"),
-                   (_T(exp_b), "grad_b is transposed: it must have b's shape, grad_b = aᵀ @ grad")]
+        wrong_b = [(_mm(a64, g64), "grad_b came out as a @ grad with no transpose: line up the "
+                                         "shapes; one operand must be transposed (last two axes) "
+                                         "for the product to have b's shape"),
+                   (_mm(g64, _T(a64)), "grad_b has the right factors in the wrong order: a matrix "
+                                            "product does not commute"),
+                   (_T(exp_b), "grad_b is transposed: it must have b's shape")]
         if len(a_shape) > 2:
             why = ".T reverses EVERY axis, the batch axes too: use transpose(-1, -2)"
             wrong_a.append((_mm(g64, np.transpose(b64)), why))
@@ -653,7 +911,8 @@ def check_matmul_vjp(fn):
         wrong_b = [(w, why) for w, why in wrong_b if w is not None]
         ga = _read(got[0], f"{what}: grad_a", dtype=dtype)
         _compare(ga, exp_a, f"{what}: grad_a", dtype, wrong=wrong_a,
-                 hint="for C = A @ B, dA = dC @ Bᵀ (a's shape)")
+                 hint="the gradient of a matrix product is a product of grad with the other operand, "
+                      "one of them transposed: let the shapes guide you (grad_a has a's shape)")
         gb = _read(got[1], f"{what}: grad_b", dtype=dtype)
         expected_b = exp_b
         if gb.shape != exp_b.shape:
@@ -661,7 +920,27 @@ def check_matmul_vjp(fn):
             if gb.shape == summed.shape and _close(gb, summed, dtype):
                 continue  # the student already summed the broadcast batch axis: also correct
         _compare(gb, expected_b, f"{what}: grad_b", dtype, wrong=wrong_b,
-                 hint="for C = A @ B, dB = Aᵀ @ dC (b's shape)")
+                 hint="the gradient of a matrix product is a product of grad with the other operand, "
+                      "one of them transposed: let the shapes guide you (grad_b has b's shape)")
+    # edge sizes (1 and 0) and layouts: a transposed gradient, operands with negative strides
+    for a_shape, b_shape, lay_g, lay_ab, dtype in [
+            ((1, 1), (1, 1), "contiguous", "contiguous", np.float64),
+            ((4, 1), (1, 3), "transposed", "contiguous", np.float64),   # an outer product
+            ((1, 4), (4, 1), "contiguous", "flipped", np.float32),
+            ((0, 3), (3, 2), "contiguous", "contiguous", np.float64),
+            ((2, 0), (0, 3), "contiguous", "contiguous", np.float32),
+            ((2, 3, 4), (2, 4, 5), "transposed", "flipped", np.float32),
+            ((3, 4), (4, 2), "flipped", "transposed", np.float64)]:
+        a, b = _randn(gen, a_shape, dtype), _randn(gen, b_shape, dtype)
+        g = _randn(gen, np.matmul(a, b).shape, dtype)
+        got, what = _layout_call(fn, "matmul_vjp", ("grad", "a", "b"), [g, a, b],
+                                 [lay_g, lay_ab, lay_ab])
+        ga, gb = _pair(got, what)
+        g64, a64, b64 = (v.astype(np.float64) for v in (g, a, b))
+        _compare(_read(ga, f"{what}: grad_a", shape=a_shape, dtype=dtype), g64 @ _T(b64),
+                 f"{what}: grad_a", dtype)
+        _compare(_read(gb, f"{what}: grad_b", shape=b_shape, dtype=dtype), _T(a64) @ g64,
+                 f"{what}: grad_b", dtype)
 
 
 # =========================================================================== the engine
@@ -677,7 +956,11 @@ def _check_order(got: dict, names: list, edges: list, what: str) -> None:
             fail(f"{what} raised RecursionError: a recursive depth-first search makes one nested "
                  f"Python call per node and hits the recursion limit (about 1,000); keep your own "
                  f"stack (a list) of nodes to visit instead of recursing")
-        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}")
+        hint = ""
+        if type(rec) is ExceptionRecord and rec.is_a("AttributeError") and "NoneType" in rec.message:
+            hint = ("; an entry of next_functions can be (None, 0): an input that needs no "
+                    "gradient has no node to visit, so skip it (and a None root too)")
+        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}{hint}")
     if got.get("kind") != "list":
         fail(f"{what} should return a list of nodes, got {describe(got.get('value'))}")
     order = got["order"]
@@ -731,19 +1014,21 @@ def check_seed_gradient(fn):
     for shape, dtype in [((), np.float32), ((), np.float64), ((1,), np.float32), ((1, 1), np.float64)]:
         out = _tensor(np.full(shape, gen.uniform(-3, 3)).astype(dtype), requires_grad=True)
         what = f"seed_gradient(output of shape {_shape_text(shape)} {np.dtype(dtype)}, None)"
-        got = _call(fn, out, None, label=what)
+        got = _call(fn, out, None, label=what,
+                    hint=": an output with one element counts as a scalar whatever its number of "
+                         "dimensions (a tensor of shape (1,) or (1, 1) too)")
         if type(got) in (int, float):
             fail(f"{what} should return a mini Tensor shaped like the output, got the number "
-                 f"{got!r}: use mini.ones_like(output)")
-        got = _read(got, what, shape=shape, dtype=dtype,
-                    hint_shape="the seed has the output's shape (mini.ones_like(output))")
+                 f"{got!r}: the seed is a tensor with the output's shape, dtype and device")
+        got = _read(got, what, shape=shape, dtype=dtype, dtype_from="the output",
+                    hint_shape="the seed has the output's shape")
         if not np.array_equal(got, np.ones(shape)):
             if np.all(got == 0):
                 fail(f"{what}: expected a seed of ones, got zeros: the backward pass starts "
                      f"from d out / d out = 1 (a seed of zeros makes every gradient zero)")
             fail(f"{what}: expected {_show(np.ones(shape, dtype))}, got {_show(got)}: the seed of "
                  f"a scalar output is d out / d out = 1")
-    for shape in [(2, 3), (3,)]:
+    for shape in [(2, 3), (3,), (0,)]:
         out = _tensor(_randn(gen, shape), requires_grad=True)
         _expect_raises(RuntimeError, fn, out, None,
                        label=f"seed_gradient(output of shape {_shape_text(shape)}, None)",
@@ -763,6 +1048,14 @@ def check_seed_gradient(fn):
                    label="seed_gradient(output of shape (2, 3), gradient of shape (3, 2))",
                    hint="a gradient of shape (3, 2) for an output of shape (2, 3) must raise "
                        "RuntimeError naming both shapes")
+    # the same number of elements is not the same shape
+    for out_shape, g_shape in [((2, 3), (6,)), ((), (1,)), ((3,), (1, 3))]:
+        out = _tensor(_randn(gen, out_shape), requires_grad=True)
+        _expect_raises(RuntimeError, fn, out, _tensor(_randn(gen, g_shape)),
+                       label=f"seed_gradient(output of shape {_shape_text(out_shape)}, gradient "
+                             f"of shape {_shape_text(g_shape)})",
+                       hint="the gradient must have exactly the output's shape: the same number "
+                            "of elements in another shape is a mismatch too")
 
 
 def _scenario(fn, name: str, what: str, **params):
@@ -771,7 +1064,12 @@ def _scenario(fn, name: str, what: str, **params):
     try:
         return fn.scenario(name, **params)
     except StudentRaised as e:
-        raise raised_as_failure(e, what) from None
+        hint = ""
+        if e.record.is_a("RuntimeError") and "Boolean value of Tensor" in e.record.message:
+            hint = ("; a tensor used as a condition (if t:, t or ...) has no single truth value, "
+                    "and a one-element tensor's is its value, which can be 0: test for None "
+                    "explicitly")
+        raise raised_as_failure(e, what, hint) from None
 
 
 @check("02.accumulate_grad", points=POINTS["02.accumulate_grad"])
@@ -783,6 +1081,13 @@ def check_accumulate_grad(fn):
             what = (f"accumulate_grad(leaf, grad) called 3 times on a leaf of shape "
                     f"{_shape_text(shape)}")
             obs = _scenario(fn, "accumulate_calls", what, leaf=_randn(gen, shape, dtype), grads=grads)
+            if obs.get("inputs_changed"):
+                k = obs["inputs_changed"][0]
+                fail(f"{what}: the gradient tensor passed in call {k + 1} was changed in place "
+                     f"by a later call (leaf.grad was that very tensor, and the sum was written "
+                     f"into it): one gradient tensor can be handed to several leaves (add's rule "
+                     f"gives the same tensor to both inputs), so adding into it changes the other "
+                     f"leaf's .grad too; make the sum a new tensor")
             total = np.zeros(shape)
             for k, (g, after) in enumerate(zip(grads, obs["after"])):
                 total = total + g
@@ -792,7 +1097,7 @@ def check_accumulate_grad(fn):
                 wrong = [(g, "gradients accumulate: add into leaf.grad instead of replacing it "
                              "(that is why optimizers call zero_grad() before each backward)")] if k else []
                 _compare(arr, total, f"{step}: leaf.grad", dtype, wrong=wrong)
-    with part("inside mini's backward", 1):
+    with part("inside mini's backward", 1), _blame_others(fn, _BACKWARD_USES):
         x0 = _randn(gen, (3,))
         what = "two backward passes of (x*x).sum() through mini with your accumulate_grad"
         obs = _scenario(fn, "accumulate_in_mini", what, x0=x0)
@@ -801,6 +1106,100 @@ def check_accumulate_grad(fn):
         _compare(arr, 4 * x0, "x.grad after two backward passes of (x*x).sum() (2·2x)", np.float64,
                  wrong=[(2 * x0, "gradients accumulate across backward calls: the second pass "
                                  "must add to the first, not overwrite it")])
+
+
+# --- when another exercise is the cause ---------------------------------------------------
+
+def _probe_values() -> dict:
+    gen = rng()
+    return {"g": _randn(gen, (2, 3)), "a": _randn(gen, (2, 3)), "b": _randn(gen, (2, 3)),
+            "g1": _randn(gen, (2,)), "m": _randn(gen, (2, 4)), "n": _randn(gen, (4, 3))}
+
+
+def _probe_expected(v: dict) -> dict:
+    g, a, b, g1, m, n = (v[k] for k in ("g", "a", "b", "g1", "m", "n"))
+    return {"02.add_vjp": [g, g], "02.mul_vjp": [g * b, g * a], "02.exp_vjp": g * np.exp(a),
+            "02.unbroadcast": g.sum(axis=0), "02.sum_vjp": np.broadcast_to(g1[:, None], (2, 3)),
+            "02.matmul_vjp": [g @ n.T, m.T @ g], "02.seed_gradient": np.array(1.0),
+            "02.accumulate_grad": 2 * g1}
+
+
+def _probe_ok(obs, expected) -> bool:
+    """Whether one probe's observation matches ``expected`` (an array or a list of them)."""
+    if "value" not in obs:
+        return False
+    got = obs["value"]
+    want = expected if type(expected) is list else [expected]
+    items = got if type(got) is list else [got]
+    if len(items) != len(want):
+        return False
+    for item, w in zip(items, want):
+        if type(item) is not TensorRecord or item.data.shape != np.shape(w) or \
+                not np.allclose(item.data.astype(np.float64), w, rtol=1e-9, atol=1e-12):
+            return False
+    return True
+
+
+def _order_ok(obs) -> bool:
+    if "value" not in obs or type(obs["value"]) is not dict:
+        return False
+    rec = obs["value"]
+    order, edges = rec.get("order"), rec.get("edges")
+    if type(order) is not list or sorted(order) != list(range(rec.get("count", -1))):
+        return False
+    pos = {label: i for i, label in enumerate(order)}
+    return all(pos[p] < pos[c] for p, c in edges)
+
+
+def _first_wrong_dependency(fn, uses: tuple, *, may_call: bool = False) -> str:
+    """A sentence naming the first of ``uses`` (other chapter-02 slots that mini's backward
+    runs) that gives a wrong answer on a small input, or "" when they all look right.
+    ``may_call``: the student's function may call them, or not (so an unfinished one is no
+    cause)."""
+    values = _probe_values()
+    try:
+        obs = fn.scenario("probe_dependencies", values=values)
+    except StudentRaised:
+        return ""
+    if type(obs) is not dict:
+        return ""
+    expected = _probe_expected(values)
+    for slot in uses:
+        got = obs.get(slot)
+        if type(got) is not dict:
+            continue
+        if "not_done" in got:
+            if may_call:
+                continue
+            return (f"This part runs mini's own backward, which also calls your {slot}, and it "
+                    f"is not done yet: finish exercise {slot} first")
+        ok = _order_ok(got) if slot == "02.toposort" else _probe_ok(got, expected[slot])
+        if not ok and may_call:
+            return (f"If your function calls your {slot}: that gives a wrong result on a small "
+                    f"input (see its own check), so fix exercise {slot} first")
+        if not ok:
+            return (f"This part runs mini's own backward, which also calls your {slot}, and "
+                    f"that gives a wrong result on a small input (see its own check): fix "
+                    f"exercise {slot} first, then run this check again")
+    return ""
+
+
+#: the other slots that mini's backward runs in the "inside mini" parts, in notebook order
+_BACKWARD_USES = ("02.add_vjp", "02.mul_vjp", "02.exp_vjp", "02.unbroadcast", "02.sum_vjp",
+                  "02.matmul_vjp", "02.toposort", "02.seed_gradient", "02.accumulate_grad")
+
+
+@contextlib.contextmanager
+def _blame_others(fn, uses: tuple, *, may_call: bool = False):
+    """A failure in here that another exercise explains says which one to fix first."""
+    try:
+        yield
+    except CheckFailed as e:
+        cause = _first_wrong_dependency(fn, tuple(u for u in uses if u != fn.slot),
+                                        may_call=may_call)
+        if cause:
+            raise CheckFailed(f"{e.message}. {cause}") from None
+        raise
 
 
 # --- 02.backward: the loop, watched on fake nodes -------------------------------------------
@@ -857,7 +1256,12 @@ def _check_fake(fn, desc, spec, order, seeds, retain_graph) -> None:
         fail(f"{what}: {obs['problems'][0]}")
     if obs["raised"] is not None:
         rec = obs["raised"]
-        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}")
+        hint = ""
+        if type(rec) is ExceptionRecord and rec.is_a("KeyError"):
+            hint = ("; a node that received no gradient has no entry in grads (here: 'dead', "
+                    "whose only parent returned None for it, or a node no gradient reached): "
+                    "look it up in a way that tells you it is missing, and skip the node")
+        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}{hint}")
     calls = [(c[0], c[1], c[2]) for c in obs["calls"]]
     expected = _expected_run(spec, order, seeds)
     got_labels = [label for label, _, _ in calls]
@@ -882,11 +1286,11 @@ def _check_fake(fn, desc, spec, order, seeds, retain_graph) -> None:
     for (label, g, released_before), (_, exp) in zip(calls, expected):
         if type(g) is not np.ndarray or g.shape != exp.shape or not np.allclose(g, exp):
             hint = ("when a tensor feeds several operations, ADD the gradients that reach it "
-                    "(grads[key] = grads[key] + g): assigning overwrites the earlier one")
+                    ": assigning overwrites the earlier one")
             if label == "leaf":
                 hint = ("did you add in place (+=) into a gradient object? add's rule hands the "
                         "SAME tensor to both of its inputs, so an in-place sum also changes the "
-                        "other input's gradient: write grads[key] = grads[key] + g")
+                        "other input's gradient: make the sum a new tensor")
             else:
                 one_path = [g1 for keep in ("last", "first")
                             for _, g1 in _expected_run(spec, order, seeds, keep, stop_at=label)]
@@ -922,7 +1326,7 @@ def check_backward(fn):
         for desc, spec, order_labels, seeds in _BACKWARD_CASES:
             for retain in (False, True):
                 _check_fake(fn, desc, spec, order_labels, seeds, retain)
-    with part("inside mini's backward", 3):
+    with part("inside mini's backward", 3), _blame_others(fn, _BACKWARD_USES):
         gen = rng()
         x0, w0 = _randn(gen, (4, 3)), _randn(gen, (3, 2))
         what = "backward through mini with your propagate"
@@ -989,14 +1393,14 @@ def check_multiply_add(cls):
         _compare(val, xs * ys + zs, label, np.float64)
         if not rec["has_grad_fn"]:
             fail("MultiplyAdd.apply(x, y, z) on inputs that require grad returned a tensor without "
-                 "grad_fn: return a new tensor computed in forward (x * y + z)")
+                 "grad_fn: forward must return the new tensor it computes from its inputs")
         if not rec["saved_count"]:
-            fail("MultiplyAdd's forward saved nothing with ctx.save_for_backward: save x and y with "
-                 "ctx.save_for_backward(x, y) (not as ctx attributes), so that mini can check their "
-                 "version and free them after backward")
+            fail("MultiplyAdd's forward saved nothing with ctx.save_for_backward: the tensors "
+                 "backward needs go through ctx.save_for_backward (not ctx attributes), so that "
+                 "mini can check their version and free them after backward")
         if not all(rec["saved_xy"]):
-            fail("MultiplyAdd's forward must save both x and y with ctx.save_for_backward(x, y): "
-                 "backward needs y for x's gradient and x for y's")
+            fail("MultiplyAdd's forward saved only one of x and y with ctx.save_for_backward: "
+                 "which inputs do the local derivatives of x * y + z need?")
         if "backward_raised" in rec:
             err = rec["backward_raised"]
             fail(f"backward through MultiplyAdd raised "
@@ -1012,7 +1416,8 @@ def check_multiply_add(cls):
             if got0 != [3.0, 2.0, 1.0]:
                 hint = ""
                 if got0 == [2.0, 3.0, 1.0]:
-                    hint = ": x's gradient is grad * y and y's is grad * x (the other factor)"
+                    hint = (": the gradients of x and y are swapped: the local derivative of a "
+                            "product with respect to one factor is the other factor")
                 fail(f"MultiplyAdd(2, 3, 1): expected gradients (x, y, z) = (3, 2, 1), got "
                      f"({got0[0]:g}, {got0[1]:g}, {got0[2]:g}){hint}")
             continue
@@ -1028,7 +1433,7 @@ def check_multiply_add(cls):
         fail(f"backward through MultiplyAdd after an in-place write to a saved input raised "
              f"{version_seen.text()} instead of RuntimeError")
     fail("an in-place write to x after MultiplyAdd's forward went unnoticed: read x and y "
-         "back with `x, y = ctx.saved_tensors` in backward (that is where mini checks their "
+         "back through ctx.saved_tensors in backward (that is where mini checks their "
          "version counters), not from ctx attributes")
 
 
@@ -1055,20 +1460,25 @@ def check_mul_jvp(fn):
         what = (f"mul_jvp(a, b, tangent_a, tangent_b) with a of shape {_shape_text(a.shape)}"
                 f"{', b a number' if b_number else ''}"
                 f"{'' if use_ta else ', tangent_a=None'}{'' if use_tb else ', tangent_b=None'}")
-        got = _call(fn, *args, label=what)
+        got = _call(fn, *args, label=what,
+                    hint="" if use_ta and use_tb else
+                    ": a None tangent stands for zero (the input does not move); leave its term out")
         ta_v = ta if use_ta else np.zeros_like(a)
         tb_v = tb if use_tb else np.zeros_like(a)
         expected = ta_v * b_val + a * tb_v
         arr = _read(got, what, dtype=np.float64)
-        wrong = [(ta_v * tb_v, "the product rule: d(a*b) = da*b + a*db, not da*db"),
-                 (ta_v * b_val, "the product rule has two terms: tangent_a * b + a * tangent_b "
-                                "(the second is missing)"),
-                 (a * tb_v, "the product rule has two terms: tangent_a * b + a * tangent_b "
-                            "(the first is missing)"),
-                 (ta_v * a + b_val * tb_v, "each tangent is multiplied by the OTHER factor: "
-                                           "tangent_a * b + a * tangent_b")]
+        wrong = [(ta_v * tb_v, "the product rule: your tangent is the product of the two "
+                               "tangents, but each factor's change is scaled by the OTHER "
+                               "factor's value, and the two effects add"),
+                 (ta_v * b_val, "the product rule has two terms, one per factor that moves "
+                                "(the term for b's tangent is missing)"),
+                 (a * tb_v, "the product rule has two terms, one per factor that moves "
+                            "(the term for a's tangent is missing)"),
+                 (ta_v * a + b_val * tb_v, "each tangent is multiplied by the OTHER factor's "
+                                           "value, not its own")]
         _compare(arr, expected, what, np.float64, wrong=wrong,
-                 hint="the product rule: tangent_a * b + a * tangent_b (a None tangent is zero)")
+                 hint="expand (a + ȧε)(b + ḃε) and keep the ε term (the product rule); a None "
+                      "tangent is zero")
 
 
 # =========================================================================== gradcheck
@@ -1110,13 +1520,31 @@ def check_central_difference(fn):
             for eps in (1e-3, 1e-6):
                 cases.append([name, x, eps])
                 meta.append((desc, f, jac, n, x, eps))
+    # the optional eps left out (the default, 1e-6), and x given in float32
+    for desc, name, f, jac in _test_functions()[1:]:
+        x = gen.uniform(0.3, 1.2, size=3)
+        cases.append([name, x, None])
+        meta.append((desc, f, jac, 3, x, None))
+        x32 = x.astype(np.float32)
+        cases.append([name, x32, 1e-6])
+        meta.append((desc, f, jac, 3, x32.astype(np.float64), 1e-6))
     obs = _scenario(fn, "central_difference", "central_difference(f, x, eps)", cases=cases)
+    case_dtypes = [np.asarray(c[1]).dtype for c in cases]
     for rec, (desc, f, jac, n, x, eps) in zip(obs, meta):
-        what = f"central_difference(f, x, eps={eps:g}) for {desc} at x of shape ({n},)"
+        call = "central_difference(f, x)" if eps is None else f"central_difference(f, x, eps={eps:g})"
+        x_kind = "a float32 " if case_dtypes.pop(0) == np.float32 else ""
+        what = f"{call} for {desc} at {x_kind}x of shape ({n},)"
         if "raised" in rec:
             err = rec["raised"]
             fail(f"{what} raised {err.text() if type(err) is ExceptionRecord else describe(err)}")
         seen, got = rec["seen"], rec["got"]
+        if rec.get("x_changed"):
+            moved = np.abs(np.asarray(rec["x_after"], dtype=np.float64).reshape(-1)[:n] - x)
+            k = int(np.argmax(moved))
+            fail(f"{what} changed x in place (x[{k}] moved by {float(moved[k]):.3g}: adding and "
+                 f"subtracting eps does not restore a float exactly): the caller's x must stay "
+                 f"as it was; perturb a copy")
+        eps = 1e-6 if eps is None else eps
         if seen["type"] is not None:
             fail(f"{what}: f was called with {seen['type']}; pass a 1-D float64 numpy "
                  f"array of shape ({n},)")
@@ -1132,7 +1560,9 @@ def check_central_difference(fn):
             fail(f"{what} should return a numpy array of shape ({n}, {m}), got {describe(got)}")
         if got.shape != (n, m):
             hint = ""
-            if got.shape == (m, n):
+            if got.ndim < 2:
+                hint = ": return a 2-D (n, m) array even when n or m is 1 (don't squeeze)"
+            elif got.shape == (m, n):
                 hint = ": row j holds the derivatives with respect to x[j] (shape (n, m)), not the transpose"
             fail(f"{what} has shape {got.shape}, expected ({n}, {m}){hint}")
         if got.dtype != np.float64:
@@ -1153,11 +1583,11 @@ def check_central_difference(fn):
                 continue
             for cand, why in ((forward, "your numbers match a one-sided difference "
                                         "(f(x + eps) - f(x)) / eps, whose error shrinks "
-                                        "only like eps; use the central difference "
-                                        "(f(x + eps) - f(x - eps)) / (2·eps)"),
+                                        "only like eps; the docstring asks for the central "
+                                        "difference, one step on each side of x"),
                               (backward, "your numbers match a one-sided difference "
-                                         "(f(x) - f(x - eps)) / eps; use the central "
-                                         "difference (f(x + eps) - f(x - eps)) / (2·eps)"),
+                                         "(f(x) - f(x - eps)) / eps; the docstring asks for "
+                                         "the central difference, one step on each side of x"),
                               (central * 2, "divide by 2·eps: the two points are 2·eps apart"),
                               (central.T.reshape(n, m) if n == m else None,
                                "row j must hold the derivatives with respect to x[j]")):

@@ -14,61 +14,51 @@ from grader.mistakes import Mistake
 
 # --------------------------------------------------------------------------- engine
 
-def _propagate_overwrite(order, grads, run_node, retain_graph):
-    """Assigns the gradient of each edge: a tensor used twice keeps only the last one."""
+def _loop(order, grads, run_node, retain_graph, *, add="new", release="after",
+          lookup="pop"):
+    """The backward loop with one step done as students get it wrong: ``add`` "new" (a new
+    sum), "assign" (overwrite) or "inplace" (+=); ``release`` "after", "never", "always"
+    (even with retain_graph) or "before" (before running the node); ``lookup`` "pop"
+    (skips a missing node) or "index" (grads.pop(id(node)) with no default)."""
     for node in order:
-        grad = grads.pop(id(node), None)
+        grad = grads.pop(id(node)) if lookup == "index" else grads.pop(id(node), None)
         if grad is None:
             continue
-        outs = run_node(node, grad)
-        if not retain_graph:
+        if release == "before" and not retain_graph:
             node.release()
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g
-
-
-def _propagate_inplace(order, grads, run_node, retain_graph):
-    """Accumulates with +=, which writes into a gradient object another edge also holds."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
         outs = run_node(node, grad)
-        if not retain_graph:
+        if (release == "after" and not retain_graph) or release == "always":
             node.release()
         for (child, _), g in zip(node.next_functions, outs):
             if child is None or g is None:
                 continue
-            if id(child) in grads:
-                grads[id(child)] += g
+            key = id(child)
+            if key not in grads or add == "assign":
+                grads[key] = g
+            elif add == "inplace":
+                grads[key] += g
             else:
-                grads[id(child)] = g
+                grads[key] = grads[key] + g
+
+
+def _propagate_overwrite(order, grads, run_node, retain_graph):
+    """Assigns the gradient of each edge: a tensor used twice keeps only the last one."""
+    _loop(order, grads, run_node, retain_graph, add="assign")
+
+
+def _propagate_inplace(order, grads, run_node, retain_graph):
+    """Accumulates with +=, which writes into a gradient object another edge also holds."""
+    _loop(order, grads, run_node, retain_graph, add="inplace")
 
 
 def _propagate_no_release(order, grads, run_node, retain_graph):
     """Right gradients, but the saved tensors of every node stay alive."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        outs = run_node(node, grad)
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+    _loop(order, grads, run_node, retain_graph, release="never")
 
 
 def _propagate_ignores_retain(order, grads, run_node, retain_graph):
     """Releases every node, even when the caller asked to keep the graph."""
-    for node in order:
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        outs = run_node(node, grad)
-        node.release()
-        for (child, _), g in zip(node.next_functions, outs):
-            if child is not None and g is not None:
-                grads[id(child)] = g if id(child) not in grads else grads[id(child)] + g
+    _loop(order, grads, run_node, retain_graph, release="always")
 
 
 def _toposort_recursive(roots):
@@ -105,24 +95,30 @@ def _toposort_bfs(roots):
     return order
 
 
+def _post_order(root, seen: set, skip_none: bool = True) -> list:
+    """The iterative depth-first post-order below ``root`` (not yet in ``seen``), the
+    skeleton most students' answers share; ``skip_none=False`` follows None edges too."""
+    seen.add(id(root))
+    post, stack = [], [(root, iter(root.next_functions))]
+    while stack:
+        node, children = stack[-1]
+        for child, _ in children:
+            if (child is not None or not skip_none) and id(child) not in seen:
+                seen.add(id(child))
+                stack.append((child, iter(child.next_functions)))
+                break
+        else:
+            stack.pop()
+            post.append(node)
+    return post
+
+
 def _toposort_not_reversed(roots):
     """Iterative post-order, but returned leaves first."""
     order, seen = [], set()
     for root in roots:
-        if root is None or id(root) in seen:
-            continue
-        seen.add(id(root))
-        stack = [(root, iter(root.next_functions))]
-        while stack:
-            node, children = stack[-1]
-            for child, _ in children:
-                if child is not None and id(child) not in seen:
-                    seen.add(id(child))
-                    stack.append((child, iter(child.next_functions)))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
+        if root is not None and id(root) not in seen:
+            order += _post_order(root, seen)
     return order
 
 
@@ -272,7 +268,9 @@ def _multiply_add_attributes():
     return MultiplyAdd
 
 
-def _multiply_add_swapped():
+def _multiply_add_with(backward):
+    """A MultiplyAdd whose forward is right (saves x and y) and whose backward is
+    ``backward(grad, x, y)``."""
     from mini.autograd import Function
 
     class MultiplyAdd(Function):
@@ -284,9 +282,203 @@ def _multiply_add_swapped():
         @staticmethod
         def backward(ctx, grad):
             x, y = ctx.saved_tensors
-            return grad * x, grad * y, grad
+            return backward(grad, x, y)
 
     return MultiplyAdd
+
+
+def _multiply_add_swapped():
+    """The gradients of x and y swapped."""
+    return _multiply_add_with(lambda grad, x, y: (grad * x, grad * y, grad))
+
+
+# --------------------------------------------------------------------------- edge inputs, layouts, side effects
+
+def _relu_vjp_inplace(grad, a):
+    """Masks the incoming gradient in place: right values, but grad is shared (add's rule
+    hands one tensor to both inputs), so another input's gradient changes too."""
+    return grad.mul_((a > 0).to(dtype=grad.dtype))
+
+
+def _mean_vjp_reciprocal(grad, input_shape, axes, keepdim):
+    """1.0 / n as a Python number: ZeroDivisionError when an axis has length 0."""
+    n = 1
+    for ax in axes:
+        n *= input_shape[ax]
+    scale = 1.0 / n
+    if not keepdim:
+        grad = grad.reshape(tuple(1 if i in axes else d for i, d in enumerate(input_shape)))
+    return grad.expand(input_shape) * scale
+
+
+def _reshape_vjp_view(grad, input_shape):
+    """.view needs a contiguous gradient; a transposed one makes it raise."""
+    return grad.view(tuple(input_shape))
+
+
+def _pow_vjp_over_a(grad, a, exponent):
+    """exponent * a**exponent / a: the same away from 0, nan at a = 0."""
+    return grad * exponent * a ** exponent / a
+
+
+def _sum_to_where_longer(grad, shape):
+    """Sums the axes where grad is longer than the target: misses a 1 broadcast to 0."""
+    shape = tuple(shape)
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if grad.shape[lead + i] > d)
+    out = grad.sum(axis=axes, keepdim=True) if axes else grad
+    return out.reshape(tuple(out.shape)[lead:]) if lead else out
+
+
+def _toposort_per_root(roots):
+    """Reverse post-order per root, concatenated: wrong when one root feeds another."""
+    order, seen = [], set()
+    for root in roots:
+        if root is not None and id(root) not in seen:
+            order += _post_order(root, seen)[::-1]
+    return order
+
+
+def _toposort_roots_unmarked(roots):
+    """Marks the children it visits but not the roots: a root listed twice appears twice."""
+    order, seen = [], set()
+    for root in roots:
+        if root is not None:
+            order += _post_order(root, seen)
+            seen.discard(id(root))
+    return order[::-1]
+
+
+def _seed(output, gradient, *, scalar=lambda t: t.numel() == 1,
+          same=lambda g, t: tuple(g.shape) == tuple(t.shape), ones=None):
+    """seed_gradient with one test or constructor done as students get it wrong."""
+    from mini.ops.creation import ones_like
+    if gradient is None:
+        if not scalar(output):
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        return (ones or ones_like)(output)
+    if not same(gradient, output):
+        raise RuntimeError("gradient and output differ in shape")
+    return gradient
+
+
+def _seed_same_numel(output, gradient):
+    """Compares the number of elements instead of the shape."""
+    return _seed(output, gradient, same=lambda g, t: g.numel() == t.numel())
+
+
+def _seed_default_dtype(output, gradient):
+    """mini.ones(shape): the default dtype, not the output's."""
+    import mini
+    return _seed(output, gradient, ones=lambda t: mini.ones(tuple(t.shape)))
+
+
+def _accumulate_inplace(leaf, grad):
+    """Keeps the first gradient object and adds the next ones into it with +=."""
+    if leaf.grad is None:
+        leaf.grad = grad
+    else:
+        leaf.grad += grad
+
+
+def _propagate_release_first(order, grads, run_node, retain_graph):
+    """Frees the node's saved tensors before running it."""
+    _loop(order, grads, run_node, retain_graph, release="before")
+
+
+def _propagate_index(order, grads, run_node, retain_graph):
+    """grads.pop(id(node)) without a default: KeyError at a node no gradient reached."""
+    _loop(order, grads, run_node, retain_graph, lookup="index")
+
+
+def _mul_jvp_no_none(a, b, tangent_a, tangent_b):
+    """The product rule, but a None tangent is used as if it were a tensor."""
+    return tangent_a * b + a * tangent_b
+
+
+def _central_difference_inplace(f, x, eps=1e-6):
+    """Perturbs the caller's x in place and puts it back by adding and subtracting eps,
+    which leaves rounding errors in x."""
+    rows = []
+    for j in range(x.size):
+        x[j] += eps
+        plus = np.asarray(f(x.copy()), dtype=np.float64)
+        x[j] -= 2 * eps
+        minus = np.asarray(f(x.copy()), dtype=np.float64)
+        x[j] += eps
+        rows.append((plus - minus) / (2 * eps))
+    return np.array(rows, dtype=np.float64).reshape(x.size, -1)
+
+
+def _central_difference_input_dtype(f, x, eps=1e-6):
+    """Steps in x's own dtype: a float32 x is perturbed (and f called) in float32."""
+    x = np.asarray(x)
+    rows = []
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = eps
+        rows.append((np.asarray(f(x + step)) - np.asarray(f(x - step))) / (2 * eps))
+    return np.array(rows, dtype=np.float64).reshape(x.size, -1)
+
+
+def _multiply_add_two_grads():
+    """Returns gradients for x and y only (z forgotten)."""
+    return _multiply_add_with(lambda grad, x, y: (grad * y, grad * x))
+
+
+def _toposort_none_children(roots):
+    """Does not skip the None edges of inputs that need no gradient."""
+    order, seen = [], set()
+    for root in roots:
+        if id(root) not in seen:
+            order += _post_order(root, seen, skip_none=False)
+    return order[::-1]
+
+
+def _seed_ndim(output, gradient):
+    """Calls only 0-d outputs scalars: a (1,) output without a gradient raises."""
+    return _seed(output, gradient, scalar=lambda t: t.ndim == 0)
+
+
+def _accumulate_truthiness(leaf, grad):
+    """`if leaf.grad:` instead of a test against None."""
+    leaf.grad = leaf.grad + grad if leaf.grad else grad
+
+
+def _sum_vjp_first_axis(grad, input_shape, axes, keepdim):
+    """Puts back only the first reduced axis."""
+    if not keepdim:
+        grad = grad.unsqueeze(axes[0])
+    return grad.expand(input_shape)
+
+
+def _mean_vjp_first_axis_n(grad, input_shape, axes, keepdim):
+    """n is the length of the first reduced axis only."""
+    if not keepdim:
+        grad = grad.reshape(tuple(1 if i in axes else d for i, d in enumerate(input_shape)))
+    return grad.expand(input_shape) / input_shape[axes[0]]
+
+
+def _permute_vjp_reversed(grad, axes):
+    """Reverses the permutation's list: its inverse only for swaps of two axes."""
+    return grad.permute(tuple(reversed(tuple(axes))))
+
+
+def _central_difference_flat(f, x, eps=1e-6):
+    """Rows of shape (m,) stacked, but a single output (m = 1) comes back as shape (n,)."""
+    x = np.array(x, dtype=np.float64)
+    rows = []
+    for j in range(x.size):
+        step = np.zeros_like(x)
+        step[j] = eps
+        rows.append((np.asarray(f(x + step)) - np.asarray(f(x - step))) / (2 * eps))
+    return np.squeeze(np.array(rows, dtype=np.float64))
+
+
+def _multiply_add_no_grad():
+    """Returns the local derivatives without multiplying by the incoming gradient."""
+    return _multiply_add_with(lambda grad, x, y: (y * 1.0, x * 1.0, grad * 0.0 + 1.0))
 
 
 MISTAKES = [
@@ -348,4 +540,53 @@ MISTAKES = [
             _multiply_add_attributes(), expect_message="ctx.save_for_backward"),
     Mistake("02.multiply_add", "gradients of x and y swapped", _multiply_add_swapped(),
             expect_message="the other factor"),
+    # edge inputs, layouts, side effects, errors (issue 18)
+    Mistake("02.relu_vjp", "masks the incoming gradient in place", _relu_vjp_inplace,
+            expect_message="changed its input grad in place"),
+    Mistake("02.mean_vjp", "1.0 / n fails for an axis of length 0", _mean_vjp_reciprocal,
+            expect_message="averages no elements"),
+    Mistake("02.reshape_vjp", ".view on a non-contiguous gradient", _reshape_vjp_view,
+            expect_message="not contiguous"),
+    Mistake("02.pow_vjp", "exponent * out / a: nan at a = 0", _pow_vjp_over_a,
+            expect_message="divides by a"),
+    Mistake("02.unbroadcast", "sums where grad is longer (misses 1 broadcast to 0)",
+            _sum_to_where_longer, expect_message="where the TARGET has length 1"),
+    Mistake("02.toposort", "reverse post-order per root, concatenated", _toposort_per_root,
+            expect_message="wrong topological order"),
+    Mistake("02.toposort", "roots not marked as visited", _toposort_roots_unmarked,
+            expect_message="appears twice"),
+    Mistake("02.seed_gradient", "compares numel instead of the shape", _seed_same_numel,
+            expect_message="must raise RuntimeError"),
+    Mistake("02.seed_gradient", "seed in the default dtype", _seed_default_dtype,
+            expect_message="the dtype of the output"),
+    Mistake("02.accumulate_grad", "adds into the first gradient tensor with +=",
+            _accumulate_inplace, expect_message="changed in place"),
+    Mistake("02.backward", "releases a node before running it", _propagate_release_first,
+            expect_message="released before run_node ran it"),
+    Mistake("02.backward", "looks up a node's gradient without a default", _propagate_index,
+            expect_message="has no entry in grads"),
+    Mistake("02.mul_jvp", "a None tangent used as a tensor", _mul_jvp_no_none,
+            expect_message="a None tangent stands for zero"),
+    Mistake("02.central_difference", "perturbs the caller's x in place",
+            _central_difference_inplace, expect_message="changed x in place"),
+    Mistake("02.central_difference", "steps in x's own dtype (float32 stays float32)",
+            _central_difference_input_dtype, expect_message="keep x ± eps in float64"),
+    Mistake("02.toposort", "None edges not skipped", _toposort_none_children,
+            expect_message="skip it"),
+    Mistake("02.seed_gradient", "only a 0-d output counts as a scalar", _seed_ndim,
+            expect_message="counts as a scalar"),
+    Mistake("02.accumulate_grad", "if leaf.grad: instead of a None test", _accumulate_truthiness,
+            expect_message="test for None explicitly"),
+    Mistake("02.sum_vjp", "puts back only the first reduced axis", _sum_vjp_first_axis,
+            expect_message="put them back as size-1 axes"),
+    Mistake("02.mean_vjp", "n is the first reduced axis's length", _mean_vjp_first_axis_n,
+            expect_message="ALL the reduced axes"),
+    Mistake("02.permute_vjp", "the permutation's list reversed", _permute_vjp_reversed,
+            expect_message="INVERSE permutation"),
+    Mistake("02.central_difference", "a single output squeezed to shape (n,)",
+            _central_difference_flat, expect_message="2-D (n, m) array"),
+    Mistake("02.multiply_add", "local derivatives not multiplied by grad", _multiply_add_no_grad(),
+            expect_message="multiply the incoming gradient"),
+    Mistake("02.multiply_add", "backward forgets z's gradient", _multiply_add_two_grads(),
+            expect_message="incorrect number of gradients"),
 ]

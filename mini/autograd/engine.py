@@ -212,15 +212,41 @@ def _nodes_leading_to(order, capture) -> set:
     return needed
 
 
+#: The chapter-02 exercises whose code computes the gradients of an operation's node (the
+#: VJP, then sum_to for an input that was broadcast), to name them when a gradient is wrong.
+_RULE_SLOTS = {"Add": ("02.add_vjp", "02.unbroadcast"), "Mul": ("02.mul_vjp", "02.unbroadcast"),
+               "Div": ("02.div_vjp", "02.unbroadcast"), "Pow": ("02.pow_vjp", "02.unbroadcast"),
+               "Exp": ("02.exp_vjp",), "Log": ("02.log_vjp",), "Relu": ("02.relu_vjp",),
+               "Sum": ("02.sum_vjp",), "Mean": ("02.mean_vjp", "02.sum_vjp"),
+               "Reshape": ("02.reshape_vjp",), "Permute": ("02.permute_vjp",),
+               "MatMul": ("02.matmul_vjp", "02.unbroadcast")}
+
+
+def _your_rules(node) -> str:
+    """" (computed by your 02.mul_vjp and 02.unbroadcast: ...)" for a node whose gradient
+    comes from exercises that run a student's code, else ""."""
+    from mini.exercises import runs_reference
+    function = getattr(node, "_function", None)
+    slots = _RULE_SLOTS.get(getattr(function, "__name__", ""), ())
+    yours = [s for s in slots if not runs_reference(s)]
+    if not yours:
+        return ""
+    if len(yours) == 1:
+        return (f". This gradient is computed by your {yours[0]}: fix that exercise first (its "
+                f"test cell shows what is wrong)")
+    return (f". This gradient is computed by your {' and '.join(yours)}: run their test cells "
+            f"and fix the one that fails first")
+
+
 def _check_gradients(node, grad_inputs) -> None:
     if len(grad_inputs) != len(node.next_functions):
         raise RuntimeError(f"{node.name()} returned {len(grad_inputs)} gradients for "
-                           f"{len(node.next_functions)} inputs")
+                           f"{len(node.next_functions)} inputs{_your_rules(node)}")
     for i, (gi, (shape, dtype)) in enumerate(zip(grad_inputs, node._input_meta)):
         if gi is not None and tuple(gi.shape) != tuple(shape):
             raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
                                f"{i} - got {list(gi.shape)} but expected shape compatible "
-                               f"with {list(shape)}")
+                               f"with {list(shape)}{_your_rules(node)}")
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False,

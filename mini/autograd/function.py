@@ -244,21 +244,19 @@ _new_node = object.__new__
 
 
 class Function(metaclass=FunctionMeta):
-    """Base class of differentiable operations, with PyTorch's interface::
+    """Base class of differentiable operations, with PyTorch's interface.
 
-        class MultiplyAdd(Function):
-            @staticmethod
-            def forward(ctx, x, y, z):
-                ctx.save_for_backward(x, y)
-                return x * y + z
-            @staticmethod
-            def backward(ctx, grad):
-                x, y = ctx.saved_tensors
-                return grad * y, grad * x, grad
+    A subclass defines two static methods and is called as ``SomeFunction.apply(*inputs)``:
 
-    ``forward`` runs with grad mode off and returns one Tensor.  ``backward``
-    returns one gradient (or None) per argument of ``forward``.  An optional
-    ``jvp(ctx, *tangents)`` gives forward-mode AD.
+    - ``forward(ctx, *inputs)`` runs with grad mode off and returns one Tensor.  Tensors
+      that backward needs go through ``ctx.save_for_backward(*tensors)`` (so mini can free
+      them after backward and notice an in-place write to them); other values may be
+      stored as attributes of ``ctx``.
+    - ``backward(ctx, grad)`` receives the gradient of the output and returns one gradient
+      (or None) per argument of ``forward``, each shaped like that argument; saved tensors
+      come back as ``ctx.saved_tensors``.
+
+    An optional ``jvp(ctx, *tangents)`` gives forward-mode AD.
     """
     _builtin = False
 

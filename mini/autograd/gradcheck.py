@@ -27,6 +27,7 @@ def central_difference(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
     ``f`` maps a 1-D float64 array (shape (n,)) to a 1-D array (shape (m,)).  Return an
     (n, m) float64 array whose row j is (f(x + eps·e_j) - f(x - eps·e_j)) / (2·eps).
+    ``x`` may be float32: the differences are still taken in float64.  ``eps`` is optional.
     Don't modify ``x``.  Central, not one-sided: the error then shrinks like eps², not eps.
     """
     ### BEGIN SOLUTION

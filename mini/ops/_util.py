@@ -14,8 +14,9 @@ def nd(x):
 def sum_to(grad: Tensor, shape) -> Tensor:
     """Sum ``grad`` down to ``shape``, undoing a broadcast from ``shape`` to ``grad.shape``.
 
-    Broadcasting copied the input along new leading axes and along axes of length 1, so
-    each input element received the gradient of every copy: sum over those axes.
+    Broadcasting copied the input along new leading axes and along axes of length 1 (to
+    any length, 0 included), so each input element received the gradient of every copy:
+    sum over those axes.
     ``sum_to(ones(3, 2), (2,))`` is ``[3., 3.]``; ``sum_to(g, g.shape)`` is ``g``.
     """
     ### BEGIN SOLUTION

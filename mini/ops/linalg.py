@@ -1,7 +1,7 @@
 """Matrix multiplication, batched and broadcasting like numpy.matmul.
 
-For C = A @ B:  dA = dC @ Bᵀ  and  dB = Aᵀ @ dC, each summed over broadcast batch axes.
-1-D operands are treated as a row (left) or a column (right) vector, as numpy does."""
+The backward rule is exercise 02.matmul_vjp; the gradients are summed over broadcast
+batch axes.  1-D operands are treated as a row (left) or a column (right) vector, as numpy does."""
 from __future__ import annotations
 
 from mini.autograd.function import Function
@@ -13,8 +13,9 @@ from mini.ops._util import sum_to, cast_like
 @exercise("02.matmul_vjp")
 def matmul_vjp(grad, a, b):
     """VJP of ``out = a @ b`` for operands with at least 2 dimensions (leading axes are a
-    batch): ``(grad @ bᵀ, aᵀ @ grad)``, transposing the last two axes.  The caller sums
-    over broadcast batch axes."""
+    batch of matrices): ``(grad_a, grad_b)``.  For matrices, grad_a has a's shape and grad_b
+    has b's; with a broadcast batch their batch axes are out's, and the caller sums them
+    back to each operand's shape."""
     ### BEGIN SOLUTION
     return grad @ b.transpose(-1, -2), a.transpose(-1, -2) @ grad
     ### END SOLUTION

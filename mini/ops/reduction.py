@@ -39,7 +39,9 @@ def sum_vjp(grad, input_shape, axes, keepdim):
 
 @exercise("02.mean_vjp")
 def mean_vjp(grad, input_shape, axes, keepdim):
-    """VJP of ``out = a.mean(axes, keepdim)``: like sum, scaled by 1/(number of elements averaged)."""
+    """VJP of ``out = a.mean(axes, keepdim)``: like sum, scaled by 1/(number of elements
+    averaged).  An axis of length 0 averages nothing: the gradient is then an empty tensor
+    of the input's shape (no error)."""
     ### BEGIN SOLUTION
     n = 1
     for ax in axes:

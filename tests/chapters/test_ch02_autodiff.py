@@ -379,3 +379,154 @@ def test_instructor_notebook_runs_quickly_and_shows_the_seed_facts():
     assert "first derivative 12, second 12, third 6" in text
     assert "largest difference from mini's reference engine: 0.0e+00" in text
     assert "hidden tests passed" in text and "finish exercise" not in text
+
+
+# --------------------------------------------------------------------------- issue 18: coverage and diagnosis
+
+def test_inventory_names_every_slot_and_a_case_for_each_promise():
+    text = (ROOT / "grader" / "checks" / "inventory" / "ch02.md").read_text()
+    for slot in SLOTS + OTHERS:
+        assert f"`{slot}`" in text, slot
+
+
+@pytest.mark.parametrize("slot, wrong, cause", [
+    ("02.backward", ("02.mul_vjp", lambda g, a, b: (g * a, g * b)), "02.mul_vjp"),
+    ("02.backward", ("02.sum_vjp", lambda g, shape, axes, keepdim: g), "02.sum_vjp"),
+    ("02.accumulate_grad", ("02.mul_vjp", lambda g, a, b: (g, g)), "02.mul_vjp"),
+])
+def test_a_wrong_earlier_exercise_is_named_as_the_cause(slot, wrong, cause):
+    """mini's backward runs the student's other answers: when one of them is wrong, the
+    failing part names it (and the check's own function is right)."""
+    from grader.checks import run_in_process
+    from mini.exercises import implement, reference, unregister
+    implement(wrong[0])(wrong[1])
+    try:
+        verdict = run_in_process(slot, reference(slot))
+    finally:
+        unregister(wrong[0])
+    assert not verdict.passed
+    assert f"fix exercise {cause} first" in verdict.message, verdict.message
+
+
+def test_no_blame_when_the_others_are_right():
+    """With right dependencies a failure inside mini's backward blames nobody else."""
+    from grader.checks import run_in_process
+
+    from grader.mistakes.ch02_autodiff import _propagate_no_release as never_releases
+    # right gradients, but saved tensors are never freed: both parts fail, for a reason of
+    # their own, and no other exercise is to blame
+    verdict = run_in_process("02.backward", never_releases)
+    assert not verdict.passed and "first" not in verdict.message
+
+
+@pytest.mark.parametrize("slot, fn, words", [
+    # right values on fresh contiguous inputs; only the layout / side-effect cases catch them
+    ("02.exp_vjp", lambda g, out: g.mul_(out), "changed its input grad in place"),
+    ("02.log_vjp", lambda g, a: g.div_(a), "changed its input grad in place"),
+    ("02.pow_vjp", lambda g, a, p: g.mul_(a ** (p - 1) * p), "changed its input grad in place"),
+])
+def test_layout_and_side_effect_cases_fire(slot, fn, words):
+    from grader.checks import run_in_process
+    verdict = run_in_process(slot, fn)
+    assert not verdict.passed and words in verdict.message, verdict.message
+
+
+def test_layout_scenario_builds_the_layouts_it_names():
+    """The scenario's inputs really are views that are not contiguous (so the layout cases
+    test what they claim), and their values are the values the check computes with."""
+    from grader.worker.scenarios.ch02 import _laid_out
+    a = np.arange(12.0).reshape(3, 4)
+    for layout, contiguous in [("transposed", False), ("flipped", False), ("contiguous", True)]:
+        t = _laid_out(a, layout)
+        assert t.is_contiguous() is contiguous and np.array_equal(val(t), a)
+    t = _laid_out(a[:1], ["expand", [3, 4]])
+    assert t.stride()[0] == 0 and np.array_equal(val(t), np.broadcast_to(a[:1], (3, 4)))
+
+
+def test_feedback_gives_no_code_to_type():
+    """The catalogued mistakes' messages name the concept, never the line to write."""
+    from grader.checks import run_in_process
+    from grader.mistakes.ch02_autodiff import MISTAKES
+    answers = ["grad * b", "grad * a", "grad / b", "-grad * a", "@ bᵀ", "aᵀ @", ".T @",
+               "ones_like", "grads[key] = grads[key] + g", "inverse[axes[i]] = i",
+               "tangent_a * b + a * tangent_b", "ctx.save_for_backward(x, y)", "x * y + z",
+               "expand(input_shape)"]
+    for m in MISTAKES:
+        message = run_in_process(m.slot_id, m.fn).message
+        for answer in answers:
+            assert answer not in message, (m.name, answer, message)
+
+
+def test_self_check_cells_know_the_right_answers(capsys):
+    """Each self-check's visible cell carries the digest of the answer its hidden check
+    accepts, says right for it and gives the catalogued explanation for a wrong one."""
+    import re
+    from grader.checks import run_in_process
+    from mini.notebook import answer_key, check_answer
+    source = (ROOT / "course" / "sources" / "02_autodiff" / "autodiff.md").read_text()
+    keys = dict(re.findall(r'check_answer\("(quiz_\w+)", got, key="([0-9a-f]+)"', source))
+    assert set(keys) == {"quiz_accumulate", "quiz_eval", "quiz_inplace"}
+    for question, right, wrong in [("quiz_accumulate", 1.5, 0.5), ("quiz_eval", "C", "A"),
+                                   ("quiz_inplace", "B", "D")]:
+        assert run_in_process(f"02.{question}", lambda r=right: r).passed
+        assert keys[question] == answer_key(question, right)
+        assert check_answer(question, right, key=keys[question], explain={}) is True
+        assert check_answer(question, f" {wrong} ".lower() if isinstance(wrong, str) else wrong,
+                          key=keys[question], explain={str(wrong): "because"}) is False
+    out = capsys.readouterr().out
+    assert "1.5 is right" in out and "A is not right. because" in out
+    with pytest.raises(AssertionError, match="a letter"):
+        check_answer("quiz_eval", ["C"], key=keys["quiz_eval"], explain={})
+
+
+def test_an_invalid_gradient_names_the_students_exercise():
+    """A gradient of the wrong shape in a payoff cell names the exercises that computed it,
+    but only those that run the student's code (mini's own rules are not to blame)."""
+    from mini.exercises import implement, unregister
+    x = mini.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = mini.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    implement("02.unbroadcast")(lambda g, shape: g)      # forgets to sum
+    try:
+        with pytest.raises(RuntimeError, match="computed by your 02.unbroadcast: fix that "
+                                               "exercise first"):
+            (w * x).sum().backward()
+        implement("02.mul_vjp")(lambda g, a, b: (g * b, g * a))
+        with pytest.raises(RuntimeError, match="your 02.mul_vjp and 02.unbroadcast"):
+            (w * x).sum().backward()
+    finally:
+        unregister("02.unbroadcast")
+        unregister("02.mul_vjp")
+
+
+    class WrongShape(Function):          # a Function of the user's: no exercise to name
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2.0
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad.sum()
+
+    with pytest.raises(RuntimeError, match="invalid gradient") as info:
+        WrongShape.apply(x).sum().backward()
+    assert "your" not in str(info.value)
+
+
+def test_mean_vjp_built_on_a_wrong_sum_vjp_names_it():
+    from grader.checks import run_in_process
+    from mini.exercises import implement, reference, unregister
+    implement("02.sum_vjp")(lambda g, shape, axes, keepdim: g.reshape(
+        tuple(1 if i in axes else d for i, d in enumerate(shape))).expand(shape) * 2.0)
+    try:
+        verdict = run_in_process("02.mean_vjp", reference("02.mean_vjp"))
+    finally:
+        unregister("02.sum_vjp")
+    assert not verdict.passed and "fix exercise 02.sum_vjp first" in verdict.message
+    # a mean_vjp of its own, with sum_vjp not done, is graded on its own
+    implement("02.sum_vjp")(lambda *a: (_ for _ in ()).throw(NotImplementedError()))
+    try:
+        wrong = run_in_process("02.mean_vjp", lambda g, shape, axes, keepdim: g.reshape(
+            tuple(1 if i in axes else d for i, d in enumerate(shape))).expand(shape))
+    finally:
+        unregister("02.sum_vjp")
+    assert not wrong.passed and "02.sum_vjp" not in wrong.message and "1/n" in wrong.message

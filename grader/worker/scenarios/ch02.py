@@ -89,6 +89,15 @@ def _graphs(seed: int):
     out.append(("two outputs sharing a subgraph (roots [r1.grad_fn, r2.grad_fn])", [r1.grad_fn, r2.grad_fn]))
     x = mini.tensor(1.0, requires_grad=True)
     out.append(("a leaf alone (roots [x's AccumulateGrad])", [x._accumulate_node()]))
+    x = mini.tensor([0.5, 1.5], requires_grad=True)
+    r1 = (x * 3.0).sum()
+    r2 = r1 * 2.0 + r1.exp()
+    out.append(("roots that contain each other (roots [r1.grad_fn, r2.grad_fn] where r2 is "
+                "computed from r1)", [r1.grad_fn, r2.grad_fn]))
+    out.append(("the same root listed twice (roots [r2.grad_fn, r2.grad_fn])",
+                [r2.grad_fn, r2.grad_fn]))
+    out.append(("a None root next to a node (roots [None, r1.grad_fn])", [None, r1.grad_fn]))
+    out.append(("no roots at all (roots [])", []))
     return out
 
 
@@ -252,11 +261,15 @@ def accumulate_calls(impl, *, leaf: np.ndarray, grads: list) -> dict:
     """``impl(leaf, grad)`` for each grad on one leaf: ``leaf.grad`` after each call."""
     mini = _mini()
     t = mini.tensor(np.array(leaf, copy=True), requires_grad=True)
-    after = []
+    after, passed = [], []
     for g in grads:
-        impl(t, mini.tensor(np.array(g, copy=True)))
+        passed.append(mini.tensor(np.array(g, copy=True)))
+        impl(t, passed[-1])
         after.append(t.grad)
-    return {"after": after}
+    # a gradient tensor handed in must not change afterwards (it may be another leaf's .grad)
+    changed = [k for k, (p, g) in enumerate(zip(passed, grads))
+               if not np.array_equal(p.detach().numpy(), np.asarray(g))]
+    return {"after": after, "inputs_changed": changed}
 
 
 def accumulate_in_mini(impl, *, x0: np.ndarray) -> dict:
@@ -351,7 +364,7 @@ def central_difference(impl, *, cases: list) -> list:
     out = []
     for name, x, eps in cases:
         f = TEST_FUNCTIONS[name]
-        x = np.array(x, dtype=np.float64)
+        x = np.array(x, copy=True)   # float64, or float32 where the check asks
         n = x.size
         seen = {"type": None, "dtype": None, "shape": None}
 
@@ -365,14 +378,18 @@ def central_difference(impl, *, cases: list) -> list:
                 seen["shape"] = seen["shape"] or list(v.shape)
             return f(np.asarray(v, dtype=np.float64).reshape(-1)[:n])
 
+        x_in = x.copy()
         try:
-            got = impl(f_watch, x.copy(), eps)
+            # eps None: the caller leaves eps out (the default of the signature)
+            got = impl(f_watch, x_in) if eps is None else impl(f_watch, x_in, eps)
         except NotImplementedError:
             raise
         except Exception as e:  # noqa: BLE001 - reported with the call that raised
             out.append({"raised": e, "seen": seen})
             continue
-        out.append({"got": got, "seen": seen})
+        changed = x_in.shape != x.shape or not np.array_equal(x_in, x)
+        out.append({"got": got, "seen": seen, "x_changed": bool(changed),
+                    "x_after": np.array(x_in, dtype=np.float64, copy=True) if changed else None})
     return out
 
 
@@ -380,3 +397,104 @@ SCENARIOS = {"toposort_graphs": toposort_graphs, "toposort_chain": toposort_chai
              "propagate_fake": propagate_fake, "backward_in_mini": backward_in_mini,
              "accumulate_calls": accumulate_calls, "accumulate_in_mini": accumulate_in_mini,
              "multiply_add": multiply_add, "central_difference": central_difference}
+
+
+# --------------------------------------------------------------------------- layouts and side effects
+
+def _laid_out(value, layout):
+    """``value`` (a numpy array) as a mini tensor with ``layout``: ``"contiguous"``,
+    ``"transposed"`` (a view with the last two axes swapped), ``"flipped"`` (a view with a
+    negative stride on the last axis), ``["expand", shape]`` (a stride-0 broadcast view of
+    ``value`` to ``shape``).  Anything else (numbers, None, shapes) passes as is."""
+    mini = _mini()
+    if layout is None or type(value) is not np.ndarray:
+        return value
+    if isinstance(layout, list) and layout[0] == "expand":
+        return mini.tensor(value.copy()).expand(tuple(layout[1]))
+    if layout == "transposed" and value.ndim >= 2:
+        return mini.tensor(np.ascontiguousarray(np.swapaxes(value, -1, -2))).transpose(-1, -2)
+    if layout in ("flipped", "transposed") and value.ndim >= 1:
+        last = (slice(None),) * (value.ndim - 1) + (slice(None, None, -1),)
+        return mini.tensor(np.ascontiguousarray(value[last]))[last]
+    return mini.tensor(value.copy())
+
+
+def vjp_layout(impl, *, args: list, layouts: list) -> dict:
+    """``impl(*args)`` with each array argument made a tensor of the given layout (see
+    :func:`_laid_out`; a ``["size", dims]`` layout makes a ``mini.Size``): what it returned
+    (or raised), which arguments were contiguous, and the indexes of the tensor arguments
+    whose values changed during the call (an input written in place)."""
+    mini = _mini()
+    built, before = [], []
+    for value, layout in zip(args, layouts):
+        if isinstance(layout, list) and layout[0] == "size":
+            built.append(mini.Size(tuple(int(d) for d in layout[1])))
+            before.append(None)
+            continue
+        t = _laid_out(value, layout)
+        built.append(t)
+        before.append(np.array(t.detach().numpy(), copy=True) if isinstance(t, mini.Tensor) else None)
+    contiguous = [bool(t.is_contiguous()) if isinstance(t, mini.Tensor) else None for t in built]
+    try:
+        got = impl(*built)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - reported with the call that raised
+        return {"raised": e, "contiguous": contiguous}
+    changed = [i for i, (t, b) in enumerate(zip(built, before))
+               if b is not None and not np.array_equal(t.detach().numpy(), b, equal_nan=True)]
+    return {"value": got, "changed": changed, "contiguous": contiguous}
+
+
+# --------------------------------------------------------------------------- which exercise is the cause
+
+def _probe(fn, *args):
+    try:
+        return {"value": fn(*args)}
+    except NotImplementedError as e:
+        return {"not_done": str(getattr(e, "slot_id", "") or "")}
+    except Exception as e:  # noqa: BLE001
+        return {"raised": e}
+
+
+def probe_dependencies(impl=None, *, values: dict) -> dict:
+    """The student's other chapter-02 functions (as registered in mini) on small fixed
+    inputs ``values`` (numpy arrays chosen by the check): what each returned or raised.
+    A check that runs mini's own backward uses them, and names the first wrong one."""
+    mini = _mini()
+    from mini.ops import elementwise as ew, reduction as red, linalg, _util
+    from mini.autograd import engine
+
+    def T(name):
+        return mini.tensor(np.array(values[name], copy=True))
+
+    out = {}
+    out["02.add_vjp"] = _probe(lambda: list(ew.add_vjp(T("g"), None, None)))
+    out["02.mul_vjp"] = _probe(lambda: list(ew.mul_vjp(T("g"), T("a"), T("b"))))
+    out["02.exp_vjp"] = _probe(lambda: ew.exp_vjp(T("g"), T("a").exp()))
+    out["02.unbroadcast"] = _probe(lambda: _util.sum_to(T("g"), (values["g"].shape[-1],)))
+    out["02.sum_vjp"] = _probe(lambda: red.sum_vjp(T("g1"), mini.Size(values["g"].shape), (1,), False))
+    out["02.matmul_vjp"] = _probe(lambda: list(linalg.matmul_vjp(T("g"), T("m"), T("n"))))
+    out["02.seed_gradient"] = _probe(lambda: engine.seed_gradient(
+        mini.tensor(1.5, requires_grad=True), None))
+
+    def acc():
+        leaf = mini.tensor(np.zeros(values["g1"].shape), requires_grad=True)
+        engine.accumulate_grad(leaf, T("g1"))
+        engine.accumulate_grad(leaf, T("g1"))
+        return leaf.grad
+    out["02.accumulate_grad"] = _probe(acc)
+
+    def order():
+        x = mini.tensor(1.0, requires_grad=True)
+        a = x * 2.0
+        d = a.exp() + a * 3.0
+        labels, nodes, edges = _walk([d.grad_fn])
+        got = engine.topological_order([d.grad_fn])
+        return {"order": [labels.get(id(n), -1) for n in got], "edges": edges,
+                "count": len(nodes)}
+    out["02.toposort"] = _probe(order)
+    return out
+
+
+SCENARIOS.update({"vjp_layout": vjp_layout, "probe_dependencies": probe_dependencies})
