@@ -6,7 +6,8 @@ Instructors::
     cd ~/mini-course-2026
     mini-course release 03                       # release/03_strides/ to hand out
     mini-course import 03 ~/Downloads/submissions.zip
-    mini-course autograde 03                     # every submission; --student S for one
+    mini-course autograde 03                     # every submission, in sandboxes, in parallel;
+                                                 # --student S for one, --jobs N
     mini-course feedback 03                      # feedback/<student>/03_strides/*.html
     mini-course grades --csv grades.csv
 
@@ -39,7 +40,7 @@ def _cmd_init(a) -> int:
     from grader.course import init_course
     init_course(a.dir, force=a.force, course_id=a.course_id, cell_timeout=a.cell_timeout,
                 check_timeout=a.check_timeout, check_memory=a.check_memory,
-                kernel_memory=a.kernel_memory,
+                kernel_memory=a.kernel_memory, notebook_timeout=a.notebook_timeout,
                 course_src=Path(a.course_src) if a.course_src else None)
     return 0
 
@@ -58,7 +59,8 @@ def _cmd_import(a) -> int:
 
 def _cmd_autograde(a) -> int:
     from grader.course import autograde
-    autograde(a.chapter, a.course_dir, student=a.student, recheck=not a.no_recheck)
+    autograde(a.chapter, a.course_dir, student=a.student, jobs=a.jobs, no_sandbox=a.no_sandbox,
+              restart=a.restart)
     return 0
 
 
@@ -72,29 +74,29 @@ def _cmd_grades(a) -> int:
     from grader.course import grades
     rows = grades(a.course_dir)
     if a.csv:
+        from grader.course import GRADE_FIELDS
         with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["student", "chapter", "notebook", "grade_id",
-                                              "score", "max_score"])
+            w = csv.DictWriter(f, fieldnames=GRADE_FIELDS)
             w.writeheader()
             w.writerows(rows)
         print(f"wrote {len(rows)} rows to {a.csv}")
     if not rows:
         print("no grades yet (run `mini-course autograde CHAPTER`)")
         return 0
-    heads = ("student", "chapter", "grade_id", "score", "max_score")
+    heads = ("student", "chapter", "grade_id", "score", "max_score", "status")
     table = [heads] + [(r["student"], r["chapter"], r["grade_id"], f"{r['score']:g}",
-                        f"{r['max_score']:g}") for r in rows]
+                        f"{r['max_score']:g}", r["status"]) for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(heads))]
     for t in table:
         print("  ".join(t[i].ljust(widths[i]) for i in range(len(heads))).rstrip())
-    totals: dict[tuple[str, str], list[float]] = {}
+    totals: dict[tuple[str, str], list] = {}
     for r in rows:
-        acc = totals.setdefault((r["student"], r["chapter"]), [0.0, 0.0])
+        acc = totals.setdefault((r["student"], r["chapter"]), [0.0, 0.0, r["status"]])
         acc[0] += r["score"]
         acc[1] += r["max_score"]
     print()
-    for (student, chapter), (score, mx) in sorted(totals.items()):
-        print(f"{student}  {chapter}  total {score:g} / {mx:g}")
+    for (student, chapter), (score, mx, status) in sorted(totals.items()):
+        print(f"{student}  {chapter}  total {score:g} / {mx:g}" + ("" if status == "ok" else f"  [{status}]"))
     return 0
 
 
@@ -202,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--check-timeout", type=float, default=60, help="seconds per hidden check")
     s.add_argument("--check-memory", default="4G", help="memory limit of a hidden check")
     s.add_argument("--kernel-memory", default="6G", help="memory limit of the grading kernel")
+    s.add_argument("--notebook-timeout", type=float, default=1800,
+                   help="seconds for a whole notebook at autograde (its cells, then its checks)")
     s.add_argument("--course-src", help="folder of chapters (default: the repository's course/)")
     s.set_defaults(func=_cmd_init)
 
@@ -223,11 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     course_opt(s)
     s.set_defaults(func=_cmd_import)
 
-    s = sub.add_parser("autograde", help="autograde submissions of a chapter")
+    s = sub.add_parser("autograde", help="autograde submissions of a chapter (in sandboxes)")
     s.add_argument("chapter")
     s.add_argument("--student", default=None)
-    s.add_argument("--no-recheck", action="store_true",
-                   help="trust the kernel's hidden-test results (skip the re-check)")
+    s.add_argument("--jobs", "-j", type=int, default=None,
+                   help="submissions graded at once (default: the number of cores)")
+    s.add_argument("--restart", action="store_true",
+                   help="grade everyone again, even after an interrupted run")
+    s.add_argument("--no-sandbox", action="store_true",
+                   help="grade without bubblewrap: student code runs with YOUR rights "
+                        "(only for code you trust)")
     course_opt(s)
     s.set_defaults(func=_cmd_autograde)
 

@@ -8,11 +8,14 @@ An instructor course directory (``mini-course init DIR``) is nbgrader's standard
     DIR/source/03_strides/     the chapter's notebooks from course/03_strides/ plus the
                                student copy of mini for chapter 3 (mini/, stubs for >= 3)
     DIR/release/ submitted/ autograded/ feedback/
-    DIR/.mini-grader/          logs, archived re-imported submissions, re-check payloads
+    DIR/.mini-grader/          logs, gradebook backups, archived re-imported submissions,
+                               grading statuses, the run journal, and ``secret`` (the seed
+                               of the hidden checks' inputs: keep it; never give it out)
 
-nbgrader runs as a subprocess (``python -m nbgrader``) with the venv's ``bin`` on PATH
-(it shells out to ``alembic``) and the course directory as working directory, so the
-config in ``nbgrader_config.py`` applies to our commands and to nbgrader run by hand alike.
+nbgrader runs in process (``nbgrader.apps.NbGraderAPI``) with the venv's ``bin`` on PATH
+(it shells out to ``alembic``), with the config in ``nbgrader_config.py``.  ``autograde``
+grades each submission in a child process against a private copy of the course
+(:mod:`grader.batch`) and merges the results into ``gradebook.db``, which only it writes.
 """
 from __future__ import annotations
 
@@ -25,22 +28,22 @@ import secrets
 import shutil
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.grading import RUN_CHECK_RE
 from grader.solutions import strip_package
 
 __all__ = [
     "CourseError", "repo_root", "default_course_src", "default_mini_src", "list_chapters",
     "resolve_chapter", "chapter_number", "init_course", "release", "import_submissions",
     "autograde", "feedback", "grades", "workspace", "run_nbgrader", "student_id_from_filename",
-    "hidden_slots_by_cell", "reconcile", "find_leaks", "course_config",
+    "hidden_slots_by_cell", "find_leaks", "course_config", "course_secret", "StudentResult",
+    "audit_release",
 ]
 
 CHAPTER_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
 STUDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
-RUN_CHECK_RE = re.compile(r"""run_check\(\s*(["'])(\d\d\.[A-Za-z0-9_]+)\1""")
 STATE_DIR = ".mini-grader"
 # Never copied from course/<chapter>/ into a course: build scripts (they hold the answers),
 # caches, and any stray mini/ or grader/ folder.
@@ -161,11 +164,12 @@ def load_nbgrader_config(course_dir: Path):
 
 def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
                  student: str | None = None, *, config: dict | None = None,
-                 log_name: str | None = None) -> dict:
+                 log_name: str | None = None, root: Path | None = None) -> dict:
     """Run one nbgrader step in this process through ``nbgrader.apps.NbGraderAPI``, with the
     course's ``nbgrader_config.py`` (plus ``config``: ``{"Section.trait": value}``).
     ``step``: ``generate_assignment``, ``autograde``, ``generate_feedback`` or ``db``
-    (create the gradebook).  Returns nbgrader's ``{"success", "log", "error"}``."""
+    (create the gradebook).  ``root``: run on another course folder (a private copy) with
+    this course's configuration.  Returns nbgrader's ``{"success", "log", "error"}``."""
     _ensure_path()
     import logging
     import warnings
@@ -177,7 +181,7 @@ def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
     for key, value in (config or {}).items():
         section, trait = key.rsplit(".", 1)
         setattr(cfg[section], trait, value)
-    coursedir = CourseDirectory(config=cfg, root=str(course_dir))
+    coursedir = CourseDirectory(config=cfg, root=str(root or course_dir))
     api = NbGraderAPI(coursedir=coursedir, config=cfg)
     api.log.setLevel(logging.INFO)
     if step == "generate_assignment":
@@ -211,13 +215,15 @@ def _nbgrader_errors(result: dict) -> str:
 CONFIG_TEMPLATE = '''\
 """nbgrader configuration of this mini course (written by `mini-course init`; edit freely).
 
-The same settings apply when you run nbgrader by hand (`nbgrader autograde 03_strides`),
-except the re-check of hidden tests, which only `mini-course autograde` does.
+Grade with `mini-course autograde CHAPTER`: it runs every student's code in a sandbox
+(bubblewrap) and the hidden checks in a sandboxed worker, grades submissions in parallel and
+merges the results into gradebook.db.  `nbgrader autograde` by hand uses the same pipeline
+for one student at a time, with no parallelism and no run journal.
 """
 c = get_config()  # noqa: F821
 
 c.CourseDirectory.course_id = {course_id!r}
-# Never copy these from a submission into the grading folder (they could shadow the grader).
+# Never copy these from a submission into the grading folder.
 c.CourseDirectory.ignore = {ignore!r}
 
 # Per-cell time limit at autograde (seconds).  A cell that hangs or kills its kernel scores 0;
@@ -225,9 +231,9 @@ c.CourseDirectory.ignore = {ignore!r}
 c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]  # quiet kernels
-c.ResilientExecute.memory_limit = {kernel_memory!r}
 c.Autograde.autograde_preprocessors = [
-    "grader.preprocessors.ResilientExecute",
+    "grader.preprocessors.SandboxedExecute",
+    "grader.preprocessors.TrustedVerdicts",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -235,13 +241,16 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# The kernel's sandbox: memory (all its processes together), processes, and the wall-clock
+# budget of a whole notebook (seconds).
+c.SandboxedExecute.memory_limit = {kernel_memory!r}
+c.SandboxedExecute.notebook_timeout = {notebook_timeout}
+# The hidden checks: seconds per check and the memory of the worker's sandbox.
+c.TrustedVerdicts.check_timeout = {check_timeout}
+c.TrustedVerdicts.memory_limit = {check_memory!r}
+c.TrustedVerdicts.notebook_timeout = {notebook_timeout}
 
-# Limits of each hidden check's sandboxed subprocess (grader.hidden.run_check), passed to
-# the grading kernel as MINI_GRADER_TIMEOUT / MINI_GRADER_MEMORY.
-c.ResilientExecute.check_timeout = {check_timeout}
-c.ResilientExecute.check_memory = {check_memory!r}
-
-# Feedback: hidden tests removed from cell sources AND outputs (tracebacks).
+# Feedback: hidden tests removed from cell sources AND outputs (tracebacks), outputs capped.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
@@ -259,7 +268,7 @@ def _copy_chapter(course_src: Path, chapter: str, dest: Path, mini_src: Path) ->
 def init_course(course_dir: str | Path, *, course_src: Path | None = None,
                 mini_src: Path | None = None, force: bool = False, course_id: str = "mini",
                 cell_timeout: int = 120, check_timeout: float = 60, check_memory: str = "4G",
-                kernel_memory: str = "6G", log=print) -> Path:
+                kernel_memory: str = "6G", notebook_timeout: float = 1800, log=print) -> Path:
     """Create an instructor course directory (see the module docstring).
 
     Refuses a non-empty ``course_dir`` unless ``force``; with ``force`` the files it would
@@ -293,7 +302,7 @@ def init_course(course_dir: str | Path, *, course_src: Path | None = None,
     config_text = CONFIG_TEMPLATE.format(
         course_id=course_id, ignore=IGNORE, cell_timeout=int(cell_timeout),
         check_timeout=float(check_timeout), check_memory=str(check_memory),
-        kernel_memory=str(kernel_memory))
+        kernel_memory=str(kernel_memory), notebook_timeout=float(notebook_timeout))
     cfg = course_dir / "nbgrader_config.py"
     if cfg.exists() and cfg.read_text() != config_text:
         keep(cfg)
@@ -303,6 +312,7 @@ def init_course(course_dir: str | Path, *, course_src: Path | None = None,
         indent=2) + "\n")
     for sub in ("source", "release", "submitted", "autograded", "feedback"):
         (course_dir / sub).mkdir(exist_ok=True)
+    course_secret(course_dir)  # created once, kept on --force: the same inputs forever
     for chapter in chapters:
         dest = course_dir / "source" / chapter
         keep(dest)
@@ -315,6 +325,25 @@ def init_course(course_dir: str | Path, *, course_src: Path | None = None,
         raise CourseError("nbgrader could not create the gradebook:\n" + _nbgrader_errors(result))
     log(f"course directory ready: {course_dir}")
     return course_dir
+
+
+def course_secret(course_dir: Path) -> str:
+    """The course's seed secret (``.mini-grader/secret``, created on first use, readable by
+    its owner only).  The hidden checks' inputs are drawn from a hash of it and the slot, so
+    grading is reproducible and nobody without the secret knows the inputs in advance."""
+    path = Path(course_dir) / STATE_DIR / "secret"
+    if path.exists():
+        text = path.read_text().strip()
+        if text:
+            return text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = secrets.token_hex(32)
+    tmp = path.with_name(f"secret.{os.getpid()}.part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.replace(tmp, path)
+    return text
 
 
 def _course_paths(course_dir: str | Path | None) -> Path:
@@ -483,6 +512,7 @@ class ImportReport:
     unchanged: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # old copy archived
     rejected: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)   # imported, but not a valid notebook
 
 
 def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Path | None = None,
@@ -491,8 +521,10 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
 
     An existing different submission is moved to
     ``.mini-grader/archive/<student>/<chapter>/<timestamp>/`` first (and reported); an
-    identical one is left alone.  Files with unsafe or unrecognized names, and files that
-    are not valid notebooks, are rejected and listed; the rest are imported.
+    identical one is left alone.  Files with unsafe or unrecognized names are rejected,
+    listed, and recorded for the autograde summary (status ``rejected at import``); a file
+    with a good name that is not a valid notebook is imported all the same (nothing is lost)
+    and will be graded 0 with status ``invalid notebook``.
     """
     import nbformat
 
@@ -538,8 +570,9 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
         try:
             nbformat.reads(data.decode("utf-8"), as_version=4)
         except Exception as e:  # noqa: BLE001
-            report.rejected.append(f"{name}: not a valid notebook ({type(e).__name__}); skipped")
-            continue
+            report.invalid.append(f"{student}/{chapter}/{notebook}.ipynb: not a valid notebook "
+                                  f"({type(e).__name__}): kept, and graded 0 with status "
+                                  f"'invalid notebook'")
         seen[student, notebook] = name
         dest_dir = course_dir / "submitted" / student / chapter
         dest = dest_dir / f"{notebook}.ipynb"
@@ -564,11 +597,19 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
         stamp = (when if when and when <= now else now)
         (dest_dir / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f"))
     for title, items in (("imported", report.imported), ("replaced", report.replaced),
-                         ("unchanged", report.unchanged), ("rejected", report.rejected)):
+                         ("unchanged", report.unchanged), ("rejected", report.rejected),
+                         ("warning", report.invalid)):
         for item in items:
             log(f"{title}: {item}")
     log(f"{len(report.imported)} imported, {len(report.replaced)} replaced, "
         f"{len(report.unchanged)} unchanged, {len(report.rejected)} rejected")
+    if report.rejected:
+        store = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}-rejected.json")
+        data = store.load()
+        for item in report.rejected:
+            data[item.split(":", 1)[0]] = {"status": "rejected at import", "detail": item,
+                                           "when": _timestamp()}
+        store.save(data)
     return report
 
 
@@ -578,18 +619,10 @@ def hidden_slots_by_cell(nb_path: Path) -> dict[str, list[str]]:
     """``{grade_id: [slot ids]}`` for the autograded test cells whose hidden-test region
     calls ``run_check("NN.name", ...)``."""
     import nbformat
-    from grader.preprocessors import hidden_lines
+    from grader.grading import hidden_tests
 
     nb = nbformat.read(str(nb_path), as_version=4)
-    out: dict[str, list[str]] = {}
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
-        slots = [m.group(2) for line in hidden_lines(cell.source) for m in RUN_CHECK_RE.finditer(line)]
-        if slots:
-            out[meta["grade_id"]] = slots
-    return out
+    return {t.grade_id: [slot for slot, _ in t.slots] for t in hidden_tests(nb)}
 
 
 def _gradebook(course_dir: Path):
@@ -598,90 +631,103 @@ def _gradebook(course_dir: Path):
     return Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}", course_id=cfg["course_id"])
 
 
-def reconcile(course_dir: Path, chapter: str, student: str, payload_dir: Path,
-              log=print) -> list[dict]:
-    """After nbgrader graded ``student``'s chapter: re-run every hidden check from this
-    process on the function the kernel handed to ``run_check`` (saved in ``payload_dir``),
-    and give 0 to each hidden-test cell whose checks did not all pass here, or whose
-    ``run_check`` never ran (e.g. the student replaced it in the kernel).  Returns one
-    record per hidden-test cell."""
-    import nbformat
-    from grader.checks import Verdict
-    from grader.sandbox import run_payload
-
-    records = []
-    source = course_dir / "source" / chapter
-    with _gradebook(course_dir) as gb:
-        for nb_path in sorted(source.glob("*.ipynb")):
-            notebook = nb_path.stem
-            autograded = course_dir / "autograded" / student / chapter / nb_path.name
-            changed_cells: dict[str, list[Verdict]] = {}
-            cells = hidden_slots_by_cell(nb_path)
-            all_slots = sorted({s for slots in cells.values() for s in slots})
-
-            def recheck(slot: str) -> Verdict:
-                payload = payload_dir / f"{slot}.pkl"
-                if not payload.exists():
-                    return Verdict(slot, False, f"{slot}: the hidden test did not run (no "
-                                   f"record from the grader's check)", 0.0)
-                return run_payload(slot, payload.read_bytes())
-
-            with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-                by_slot = dict(zip(all_slots, pool.map(recheck, all_slots)))
-            for grade_id, slots in cells.items():
-                verdicts = [by_slot[s] for s in slots]
-                try:
-                    grade = gb.find_grade(grade_id, notebook, chapter, student)
-                except Exception:  # noqa: BLE001 - notebook not submitted / not graded
-                    continue
-                ok = all(v.passed for v in verdicts)
-                before = grade.auto_score
-                if not ok and (before or 0) > 0:
-                    grade.auto_score = 0.0
-                    gb.db.commit()
-                    changed_cells[grade_id] = [v for v in verdicts if not v.passed]
-                    log(f"{student}/{chapter}/{notebook}: {grade_id} passed in the kernel but its "
-                        f"hidden check failed on re-check: score {before} -> 0")
-                records.append({"student": student, "chapter": chapter, "notebook": notebook,
-                                "grade_id": grade_id, "passed": ok, "kernel_score": before,
-                                "messages": [v.message for v in verdicts if not v.passed]})
-            if changed_cells and autograded.exists():
-                nb = nbformat.read(str(autograded), as_version=4)
-                for cell in nb.cells:
-                    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                    if gid in changed_cells:
-                        msg = "; ".join(v.message for v in changed_cells[gid])
-                        cell.setdefault("outputs", []).append(nbformat.v4.new_output(
-                            "error", ename="HiddenTestFailed", evalue=msg,
-                            traceback=[f"HiddenTestFailed: {msg}"]))
-                nbformat.write(nb, str(autograded))
-    return records
-
-
 def _submitted_students(course_dir: Path, chapter: str) -> list[str]:
     sub = course_dir / "submitted"
     return sorted(p.name for p in sub.iterdir() if (p / chapter).is_dir()) if sub.is_dir() else []
 
 
-def _total_scores(course_dir: Path, chapter: str, students: list[str]) -> dict[str, tuple[float, float]]:
-    out = {}
-    with _gradebook(course_dir) as gb:
-        for s in students:
-            try:
-                sub = gb.find_submission(chapter, s)
-                out[s] = (float(sub.score), float(sub.max_score))
-            except Exception:  # noqa: BLE001
-                out[s] = (float("nan"), float("nan"))
-    return out
+class _JsonStore:
+    """A small JSON file written atomically (only the autograde parent writes these)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def save(self, data: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.part")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+@dataclass
+class StudentResult:
+    """How one submission was graded: its status (see :mod:`grader.batch`), total score,
+    and why (``detail``)."""
+    student: str
+    status: str
+    score: float
+    max_score: float
+    detail: str = ""
+    seconds: float = 0.0
+    resumed: bool = False
+
+
+def _submission_digest(folder: Path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for p in sorted(folder.glob("*.ipynb")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _stage_mini(course_dir: Path, chapter: str) -> Path:
+    """A compiled copy of ``source/<chapter>/mini`` for the sandboxes (read-only there, so
+    Python cannot cache its bytecode itself)."""
+    import compileall
+    src = course_dir / "source" / chapter / "mini"
+    if not (src / "__init__.py").exists():
+        raise CourseError(f"source/{chapter}/mini is missing: run `mini-course release {chapter} "
+                          f"--refresh`")
+    stage = course_dir / STATE_DIR / "stage" / chapter
+    tmp = stage.with_name(f"{chapter}.{os.getpid()}.part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp / "mini", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    compileall.compile_dir(str(tmp / "mini"), quiet=1, workers=1)
+    old = stage.with_name(f"{chapter}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if stage.exists():
+        os.replace(stage, old)
+    os.replace(tmp, stage)
+    shutil.rmtree(old, ignore_errors=True)
+    return stage / "mini"
+
+
+def _config_value(cfg, section: str, trait: str, default):
+    try:
+        if section in cfg and trait in cfg[section]:
+            return cfg[section][trait]
+    except Exception:  # noqa: BLE001
+        pass
+    return default
 
 
 def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: str | None = None,
-              recheck: bool = True, log=print) -> dict[str, tuple[float, float]]:
-    """Autograde every submission of the chapter (or one ``student``), one nbgrader run per
-    student so one bad submission cannot stop the others; then re-check hidden tests from
-    outside the kernel (``recheck``).  Returns ``{student: (score, max_score)}``."""
+              *, jobs: int | None = None, no_sandbox: bool = False, restart: bool = False,
+              log=print) -> dict[str, StudentResult]:
+    """Autograde every submission of the chapter (or one ``student``), ``jobs`` at a time
+    (default: the number of cores), each in its own child process and sandboxes
+    (:mod:`grader.batch`); only this process writes ``gradebook.db``, which is backed up
+    first, and each student's result is committed as soon as it is known.  A run that was
+    interrupted resumes where it stopped (``restart``: grade everyone again).  Without
+    bubblewrap this refuses unless ``no_sandbox`` (then every run warns).  Returns
+    ``{student: StudentResult}``."""
+    import subprocess
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from grader.batch import GradeSpec, backup_gradebook, merge_student, spec_json
+    from grader.sandbox import Sandbox, SandboxUnavailable
+
     course_dir = _course_paths(course_dir)
     chapter = _chapter_in_course(course_dir, chapter_arg)
+    cfg = course_config(course_dir)
     with _gradebook(course_dir) as gb:
         if chapter not in {a.name for a in gb.assignments}:
             raise CourseError(f"{chapter} has not been released yet: run `mini-course release "
@@ -691,41 +737,162 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
         raise CourseError(f"no submission of {chapter} by {student!r} in submitted/")
     if not students:
         raise CourseError(f"no submissions of {chapter} in submitted/ (use `mini-course import`)")
-    failures = []
+    if no_sandbox:
+        box = Sandbox.none()
+        log("WARNING: grading WITHOUT a sandbox (--no-sandbox): every submission's code runs "
+            "with your rights and can read and change your files, the course folder and the "
+            "gradebook, and kill the grader. Use this only for code you trust.")
+    else:
+        try:
+            box = Sandbox.detect()
+        except SandboxUnavailable as e:
+            raise CourseError("mini-course autograde runs student code only in a sandbox, and "
+                              "there is none here:\n" + str(e)) from None
+    if box.limits_note.startswith("no writable cgroup"):
+        log(f"note: {box.limits_note}")
+    nbcfg = load_nbgrader_config(course_dir)
+    settings = dict(
+        cell_timeout=float(_config_value(nbcfg, "Execute", "timeout", 120) or 120),
+        check_timeout=float(_config_value(nbcfg, "TrustedVerdicts", "check_timeout",
+                                          _config_value(nbcfg, "ResilientExecute", "check_timeout", 60))),
+        notebook_timeout=float(_config_value(nbcfg, "SandboxedExecute", "notebook_timeout", 1800)),
+        kernel_memory=str(_config_value(nbcfg, "SandboxedExecute", "memory_limit",
+                                        _config_value(nbcfg, "ResilientExecute", "memory_limit", "6G"))),
+        check_memory=str(_config_value(nbcfg, "TrustedVerdicts", "memory_limit",
+                                       _config_value(nbcfg, "ResilientExecute", "check_memory", "4G"))),
+    )
+    stamp = _timestamp()
+    backup = backup_gradebook(course_dir, stamp)
+    if backup is not None:
+        log(f"gradebook backed up to {backup.relative_to(course_dir)}")
+    mini_dir = _stage_mini(course_dir, chapter)
+    secret = course_secret(course_dir)
+    journal_store = _JsonStore(course_dir / STATE_DIR / "runs" / f"autograde-{chapter}.json")
+    journal = journal_store.load()
+    selection = student or "*"
+    if restart or journal.get("complete", True) or journal.get("selection") != selection:
+        journal = {"started": stamp, "complete": False, "selection": selection, "students": {}}
+    status_store = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}.json")
+    statuses = status_store.load()
+    results: dict[str, StudentResult] = {}
+    todo = []
     for s in students:
         if not STUDENT_RE.match(s):
-            failures.append(f"{s}: unsafe student id, skipped")
+            log(f"warning: {s}: unsafe student id, skipped")
             continue
-        payload_dir = course_dir / STATE_DIR / "checks" / chapter / f"{s}-{secrets.token_hex(8)}"
-        payload_dir.mkdir(parents=True)
+        digest = _submission_digest(course_dir / "submitted" / s / chapter)
+        done = journal["students"].get(s)
+        if done and done.get("sha256") == digest and s in statuses:
+            st = statuses[s]
+            results[s] = StudentResult(s, st.get("status", "ok"), float(st.get("score", 0)),
+                                       float(st.get("max_score", 0)), st.get("detail", ""),
+                                       resumed=True)
+            continue
+        todo.append((s, digest))
+    if results:
+        log(f"resuming an interrupted run: {len(results)} of {len(results) + len(todo)} "
+            f"submissions were already graded")
+    journal_store.save(journal)
+    jobs = max(1, int(jobs or os.cpu_count() or 1))
+    work = Path(tempfile.mkdtemp(prefix="mini-grade-"))
+    snapshot = work / "gradebook.db"
+    shutil.copyfile(course_dir / "gradebook.db", snapshot)
+    notebooks = max(1, len(list((course_dir / "source" / chapter).glob("*.ipynb"))))
+    child_budget = notebooks * 2 * settings["notebook_timeout"] + 300
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINI_GRADER", "NBGRADER"))}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+
+    def run_child(s: str) -> tuple[dict, Path]:
+        root = work / s
+        root.mkdir()
+        spec = GradeSpec(course_dir=str(course_dir), chapter=chapter, student=s,
+                         private_root=str(root / "course"), gradebook_copy=str(snapshot),
+                         sandbox=box.kind, mini_dir=str(mini_dir), secret=secret, **settings)
+        spec_path, result_path = root / "spec.json", root / "result.json"
+        spec_path.write_text(spec_json(spec))
+        log_path = course_dir / STATE_DIR / "logs" / f"autograde-{chapter}-{s}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "grader.batch", str(spec_path),
+                                     str(result_path)], stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, env=env, cwd=str(root),
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=child_budget)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc)
+                return {"status": "timeout", "detail": f"grading took longer than "
+                        f"{child_budget:g} s and was stopped"}, root / "course"
+            except BaseException:
+                _kill_tree(proc)
+                raise
         try:
-            result = run_nbgrader(
-                course_dir, "autograde", chapter, s, log_name=f"autograde-{chapter}-{s}",
-                config={"ResilientExecute.submission_dir": str(payload_dir) if recheck else ""})
-            if not result["success"]:
-                failures.append(f"{s}: nbgrader reported errors (see "
-                                f"{STATE_DIR}/logs/autograde-{chapter}-{s}.log):\n"
-                                + _nbgrader_errors(result))
-            if recheck and (course_dir / "autograded" / s / chapter).is_dir():
-                reconcile(course_dir, chapter, s, payload_dir, log=log)
-        except Exception as e:  # noqa: BLE001 - one broken submission must not stop the rest
-            failures.append(f"{s}: grading failed: {type(e).__name__}: {e}")
-        finally:
-            shutil.rmtree(payload_dir, ignore_errors=True)
-    scores = _total_scores(course_dir, chapter, students)
-    for s in students:
-        score, mx = scores.get(s, (float("nan"), float("nan")))
-        log(f"{s}: {score:g} / {mx:g}")
-    for f in failures:
-        log(f"warning: {f}")
-    return scores
+            return json.loads(result_path.read_text()), root / "course"
+        except (OSError, ValueError):
+            return {"status": "crashed", "detail": f"the grading process ended without a "
+                    f"result (exit status {proc.returncode})"}, root / "course"
+
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(run_child, s): (s, d) for s, d in todo}
+            for fut in as_completed(futures):
+                s, digest = futures[fut]
+                try:
+                    result, private = fut.result()
+                except Exception as e:  # noqa: BLE001 - one submission never stops the batch
+                    result, private = {"status": "crashed", "detail": f"{type(e).__name__}: {e}"}, work / s
+                try:
+                    score, mx = merge_student(course_dir, chapter, s, private, result,
+                                              cfg["course_id"])
+                except Exception as e:  # noqa: BLE001
+                    result = {"status": "crashed", "detail": f"merging the grades failed: "
+                              f"{type(e).__name__}: {e}"}
+                    score, mx = float("nan"), float("nan")
+                res = StudentResult(s, str(result.get("status", "crashed")), score, mx,
+                                    str(result.get("detail", ""))[:500],
+                                    float(result.get("seconds", 0) or 0))
+                results[s] = res
+                statuses[s] = {"status": res.status, "detail": res.detail, "score": score,
+                               "max_score": mx, "graded_at": _timestamp()}
+                status_store.save(statuses)
+                journal["students"][s] = {"sha256": digest, "status": res.status}
+                journal_store.save(journal)
+                shutil.rmtree(work / s, ignore_errors=True)
+                log(f"{s}: {score:g} / {mx:g}  [{res.status}]" + (f"  {res.detail}" if res.detail else ""))
+        journal["complete"] = True
+        journal_store.save(journal)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rejected = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}-rejected.json").load()
+    counts: dict[str, int] = {}
+    for r in results.values():
+        counts[r.status] = counts.get(r.status, 0) + 1
+    counts_text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    log(f"graded {len(results)} submissions of {chapter}: {counts_text}"
+        + (f"; {len(rejected)} rejected at import (see `mini-course grades`)" if rejected else ""))
+    if no_sandbox:
+        log("WARNING: these grades were computed WITHOUT a sandbox (--no-sandbox).")
+    return dict(sorted(results.items()))
+
+
+def _kill_tree(proc) -> None:
+    import signal as _signal
+    try:
+        os.killpg(proc.pid, _signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 # --------------------------------------------------------------------------- feedback, grades
 
 def feedback(chapter_arg: str, course_dir: str | Path | None = None,
              student: str | None = None, log=print) -> Path:
-    """nbgrader generate_feedback with hidden tests scrubbed from sources and outputs."""
+    """nbgrader generate_feedback with hidden tests scrubbed from sources and outputs; the
+    feedback folder of each student holds the notebooks' feedback pages only."""
     course_dir = _course_paths(course_dir)
     chapter = _chapter_in_course(course_dir, chapter_arg)
     result = run_nbgrader(course_dir, "generate_feedback", chapter, student,
@@ -733,30 +900,50 @@ def feedback(chapter_arg: str, course_dir: str | Path | None = None,
     if not result["success"]:
         raise CourseError(f"nbgrader generate_feedback {chapter} failed:\n" + _nbgrader_errors(result))
     out = course_dir / "feedback"
+    pages = {p.stem for p in (course_dir / "source" / chapter).glob("*.ipynb")}
+    for folder in out.glob(f"*/{chapter}"):
+        for p in list(folder.rglob("*")):
+            if p.is_file() and not (p.parent == folder and p.suffix == ".html" and p.stem in pages):
+                p.unlink()
+        for d in sorted((d for d in folder.rglob("*") if d.is_dir()), reverse=True):
+            shutil.rmtree(d, ignore_errors=True)
     log(f"feedback written under {out}/<student>/{chapter}/")
     return out
 
 
+GRADE_FIELDS = ["student", "chapter", "notebook", "grade_id", "score", "max_score", "status"]
+
+
 def grades(course_dir: str | Path | None = None) -> list[dict]:
-    """One row per student, chapter, notebook and graded cell (grade id): score, max."""
+    """One row per student, chapter, notebook and graded cell (grade id): score, max, and the
+    submission's grading status; submissions rejected at import get one row each."""
     course_dir = _course_paths(course_dir)
     from nbgrader.api import MissingEntry
 
     rows = []
     with _gradebook(course_dir) as gb:
         for assignment in sorted(gb.assignments, key=lambda a: a.name):
+            statuses = _JsonStore(course_dir / STATE_DIR / "status" / f"{assignment.name}.json").load()
             for st in sorted(gb.students, key=lambda s: s.id):
                 try:
                     sub = gb.find_submission(assignment.name, st.id)
                 except MissingEntry:
                     continue
+                status = statuses.get(st.id, {}).get("status", "ok")
                 for nb in sorted(sub.notebooks, key=lambda n: n.name):
                     for g in sorted(nb.grades, key=lambda g: g.name):
                         if not g.max_score:
                             continue
                         rows.append({"student": st.id, "chapter": assignment.name,
                                      "notebook": nb.name, "grade_id": g.name,
-                                     "score": float(g.score), "max_score": float(g.max_score)})
+                                     "score": float(g.score), "max_score": float(g.max_score),
+                                     "status": status})
+            rejected = _JsonStore(course_dir / STATE_DIR / "status"
+                                  / f"{assignment.name}-rejected.json").load()
+            for name in sorted(rejected):
+                rows.append({"student": name, "chapter": assignment.name, "notebook": "",
+                             "grade_id": "", "score": 0.0, "max_score": 0.0,
+                             "status": "rejected at import"})
     return rows
 
 

@@ -1,4 +1,4 @@
-"""The kernel side of hidden tests.
+"""The kernel side of hidden tests, for instructors and self-learners in their own kernels.
 
 A notebook's autograder test cell for exercise ``03.compact_strides`` ends with::
 
@@ -6,29 +6,27 @@ A notebook's autograder test cell for exercise ``03.compact_strides`` ends with:
     from grader.hidden import run_check; run_check("03.compact_strides", compact_strides)
     ### END HIDDEN TESTS
 
-:func:`run_check` sends the student's function to a fresh subprocess
-(:func:`grader.sandbox.run_sandboxed`) that imports the pristine grader and the instructor's
-mini, runs the check with a timeout and a memory limit, and reports the verdict through a
-file the student's code cannot forge by printing.  On failure it raises ``AssertionError``
-with the check's message, so nbgrader scores the cell 0 and the student reads what to fix.
+At ``mini-course autograde`` this line never runs (the hidden regions are left out of the
+sandboxed kernel, and ``grader`` is not importable there): the trusted grader finds the
+exercise by ``run_check("NN.x"`` in the hidden region and computes the verdict with the
+sandboxed worker (:mod:`grader.grading`).
 
-During ``mini-course autograde`` the environment variable ``MINI_GRADER_SUBMISSION_DIR``
-names a per-submission folder; ``run_check`` also saves the pickled function there as
-``<slot_id>.pkl`` and the autograde command re-runs each check from its own process after
-the notebook ran, so a kernel that skips or fakes ``run_check`` earns nothing.
+Here, in a kernel of your own (the instructor's notebooks in ``course/``, a self-learner's),
+:func:`run_check` runs the check **in this process** (:func:`grader.checks.run_in_process`:
+the same check, the same codec round trip, no pickle): there is nothing to protect from the
+person who owns the kernel, and a check that loops is stopped with the kernel's interrupt
+button (``mini-course check`` runs notebooks with a cell timeout).  When this kernel's
+``mini`` is a student copy (a workspace), scenarios that need mini's reference run it in a
+separate plain process on the installed ``mini``.  On failure it raises ``AssertionError``
+with the check's message; on partial credit too, naming the points earned.
 """
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 from typing import Callable
 
-from grader.checks import chapter_of
-from grader.sandbox import run_sandboxed
-
-__all__ = ["run_check", "SUBMISSION_DIR_ENV"]
-
-SUBMISSION_DIR_ENV = "MINI_GRADER_SUBMISSION_DIR"
+__all__ = ["run_check"]
 
 
 def _real_assertion_error() -> type:
@@ -46,22 +44,39 @@ def _real_assertion_error() -> type:
 _AssertionError = _real_assertion_error()
 
 
-def run_check(slot_id: str, student_fn: Callable, *, timeout: float | None = None,
-              memory_limit: int | str | None = "default") -> None:
-    """Run the hidden check of ``slot_id`` on ``student_fn`` in a sandboxed subprocess.
+def _installed_mini() -> Path | None:
+    """The instructor's (full) mini next to this grader, if there is one."""
+    here = Path(__file__).resolve().parent.parent / "mini"
+    if (here / "__init__.py").exists() and not (here / "_release.py").exists():
+        return here
+    return None
 
-    Prints a line when it passed; raises ``AssertionError`` with the check's message when
-    it did not.  ``timeout`` (seconds, default 60 or
-    ``MINI_GRADER_TIMEOUT``) and ``memory_limit`` (bytes or ``"4G"``, default 4 GiB or
-    ``MINI_GRADER_MEMORY``) bound the subprocess.
-    """
-    chapter_of(slot_id)
-    save_to = None
-    sub_dir = os.environ.get(SUBMISSION_DIR_ENV)
-    if sub_dir:
-        save_to = Path(sub_dir) / f"{slot_id}.pkl"
-    verdict = run_sandboxed(slot_id, student_fn, timeout=timeout, memory_limit=memory_limit,
-                            save_payload_to=save_to)
+
+def _imported_mini_is_a_student_copy() -> bool:
+    mini = sys.modules.get("mini")
+    if mini is None:
+        return False
+    file = getattr(mini, "__file__", None) or ""
+    return bool(file) and (Path(file).resolve().parent / "_release.py").exists()
+
+
+def run_check(slot_id: str, student_fn: Callable, *, seed: int | None = None) -> None:
+    """Run the hidden check of ``slot_id`` on ``student_fn`` in this process.
+
+    Prints a line when it passed; raises ``AssertionError`` with the check's message when it
+    did not (all or part of its points lost)."""
+    from grader.checks import evaluate, get_check, run_in_process
+    from grader.checks.student import InProcess, Student
+
+    chk = get_check(slot_id)
+    if chk.legacy or not _imported_mini_is_a_student_copy() or _installed_mini() is None:
+        verdict = run_in_process(slot_id, student_fn, seed=seed)
+    else:
+        from grader.sandbox import Sandbox
+        from grader.workerproc import WorkerBackend
+        with WorkerBackend(Sandbox.none(), mini_dir=_installed_mini(), cells=[]) as ref:
+            verdict = evaluate(slot_id, Student(InProcess(student_fn), slot_id, reference=ref),
+                               seed=seed)
     if verdict.passed is not True:
         raise _AssertionError(verdict.message)
     print(f"{slot_id}: hidden tests passed")

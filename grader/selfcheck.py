@@ -2,50 +2,35 @@
 tests and (where the repository has them) the hidden tests, with what to fix.
 
 The notebook runs in a fresh kernel with nbclient, from its own folder (so the chapter's
-``mini/`` copy in a workspace folder is the one imported, as in JupyterLab).  Then, in the
-same kernel, the hidden-test code of the instructor's copy of the notebook (course/) runs
-cell by cell, exactly what autograde would run, each failure caught and reported.
+``mini/`` copy in a workspace folder is the one imported, as in JupyterLab).  The hidden
+tests are graded exactly as at autograde (:func:`grader.grading.grade_notebook`: the
+notebook's setup and answer cells run in a separate worker process, and the checks compare
+what comes back), except that nothing is sandboxed: it is the learner's own code on the
+learner's machine.  The instructor's copy of the notebook (course/) says which checks exist.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from grader.preprocessors import hidden_lines
-
 __all__ = ["ExerciseResult", "check_notebook", "format_table"]
-
-_MARK = "@@mini-course-check@@"
 
 
 @dataclass
 class ExerciseResult:
     grade_id: str
     slots: list[str]
-    points: float
+    points: float     # what the cell is worth
     visible: str      # "passed", "failed", "not run"
-    hidden: str       # "passed", "failed", "-" (no hidden tests known)
+    hidden: str       # "passed", "failed", "partial", "-" (no hidden tests known)
     message: str
+    earned: float = 0.0
 
     @property
     def passed(self) -> bool:
         return self.visible == "passed" and self.hidden in ("passed", "-")
-
-
-def _hidden_source(cell) -> str:
-    out, inside = [], False
-    for line in cell.source.split("\n"):
-        if "BEGIN HIDDEN TESTS" in line:
-            inside = True
-        elif "END HIDDEN TESTS" in line:
-            inside = False
-        elif inside:
-            out.append(line)
-    import textwrap
-    return textwrap.dedent("\n".join(out))
 
 
 def _test_cells(nb) -> dict[str, object]:
@@ -69,66 +54,50 @@ def _error_text(cell) -> str:
 
 def check_notebook(nb_path: str | Path, instructor_nb: str | Path | None = None,
                    timeout: int = 120) -> list[ExerciseResult]:
-    """Execute ``nb_path`` and return one :class:`ExerciseResult` per graded test cell.
+    """Execute ``nb_path`` and grade it; one :class:`ExerciseResult` per graded test cell.
     Raises ``RuntimeError`` when the notebook cannot run at all (no kernel)."""
     from nbclient import NotebookClient
-    from grader.course import RUN_CHECK_RE
+
+    from grader.grading import grade_notebook, hidden_tests
+    from grader.preprocessors import remove_hidden
+    from grader.sandbox import Sandbox
 
     nb_path = Path(nb_path).resolve()
-    nb = nbformat.read(str(nb_path), as_version=4)
-    ref = nbformat.read(str(instructor_nb), as_version=4) if instructor_nb else nb
-    ref_tests = _test_cells(ref)
-    hidden = {gid: _hidden_source(c) for gid, c in ref_tests.items() if hidden_lines(c.source)}
-    # The instructor copy's hidden tests run after the notebook, in the same kernel.
-    probe = (
-        "def __mini_course_check(__hidden):\n"
-        "    import json as _j\n"
-        "    _res = {}\n"
-        "    for _gid, _src in __hidden.items():\n"
-        "        try:\n"
-        "            exec(compile(_src, '<hidden tests of ' + _gid + '>', 'exec'), globals())\n"
-        "            _res[_gid] = ['passed', '']\n"
-        "        except BaseException as _e:\n"
-        "            try:\n"
-        "                _m = str(_e)\n"
-        "            except BaseException:\n"
-        "                _m = ''\n"
-        "            _res[_gid] = ['failed', type(_e).__name__ + (': ' + _m if _m else '')]\n"
-        f"    print({_MARK!r} + _j.dumps(_res))\n"
-        f"__mini_course_check(__import__('json').loads({json.dumps(hidden)!r}))\n"
-    )
-    nb.cells.append(nbformat.v4.new_code_cell(probe))
-    client = NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
+    submitted = nbformat.read(str(nb_path), as_version=4)
+    ref = nbformat.read(str(instructor_nb), as_version=4) if instructor_nb else submitted
+    run = nbformat.read(str(nb_path), as_version=4)
+    for cell in run.cells:  # the hidden tests are graded below, not in the kernel
+        if cell.cell_type == "code":
+            cell.source = remove_hidden(cell.source)
+    client = NotebookClient(run, timeout=timeout, allow_errors=True, kernel_name="python3",
                             resources={"metadata": {"path": str(nb_path.parent)}})
     client.execute()
-    probe_cell = nb.cells.pop()
-    verdicts: dict[str, list[str]] = {}
-    for o in probe_cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            for line in o.get("text", "").splitlines():
-                if line.startswith(_MARK):
-                    verdicts = json.loads(line[len(_MARK):])
-    mine = _test_cells(nb)
+    mini_dir = nb_path.parent / "mini"
+    grade = None
+    if hidden_tests(ref):
+        grade = grade_notebook(submitted, ref, sandbox=Sandbox.none(),
+                               mini_dir=mini_dir if (mini_dir / "__init__.py").exists() else None,
+                               check_timeout=float(timeout))
+    mine = _test_cells(run)
     results = []
-    for gid, rcell in ref_tests.items():
-        slots = [m.group(2) for line in hidden_lines(rcell.source) for m in RUN_CHECK_RE.finditer(line)]
+    for test_gid, rcell in _test_cells(ref).items():
         points = float(rcell.metadata["nbgrader"].get("points", 0) or 0)
-        cell = mine.get(gid)
+        verdict = grade.cells.get(test_gid) if grade is not None else None
+        slots = [v.slot_id for v in verdict.verdicts] if verdict is not None else []
+        cell = mine.get(test_gid)
         if cell is None:
-            results.append(ExerciseResult(gid, slots, points, "not run", "-",
+            results.append(ExerciseResult(test_gid, slots, points, "not run", "-",
                                           "this test cell is missing from your notebook"))
             continue
         err = _error_text(cell)
         visible = "failed" if err else "passed"
-        message = err
-        if gid in hidden:
-            state, msg = verdicts.get(gid, ["failed", "the hidden tests did not run"])
-            h = state
-            if state == "failed" and not message:
-                message = msg
-        else:
-            h = "-"
-        results.append(ExerciseResult(gid, slots, points, visible, h, message))
+        message, hidden, earned = err, "-", (0.0 if err else points)
+        if verdict is not None:
+            earned = verdict.points
+            hidden = "passed" if verdict.passed else ("partial" if verdict.points > 0 else "failed")
+            if not verdict.passed and not message:
+                message = verdict.message
+        results.append(ExerciseResult(test_gid, slots, points, visible, hidden, message, earned))
     return results
 
 
@@ -144,7 +113,7 @@ def format_table(results: list[ExerciseResult], width: int = 100) -> str:
     lines = []
     for row in rows:
         lines.append("  ".join(row[i].ljust(widths[i]) for i in range(4)) + "  " + row[4])
-    earned = sum(r.points for r in results if r.passed)
+    earned = sum(r.earned if r.hidden != "-" else (r.points if r.passed else 0.0) for r in results)
     total = sum(r.points for r in results)
     lines.append(f"total: {earned:g} / {total:g} points")
     # The table cuts messages short; a wrong answer (not a missing one) deserves the whole text.

@@ -11,7 +11,9 @@ A solution region is the block of lines between ``### BEGIN SOLUTION`` and
 :func:`strip_package` makes the student copy of mini for a release of chapter N: regions
 of chapter N become ``raise ExerciseNotImplemented("NN.name")``, regions of later chapters
 ``raise ExerciseNotImplemented("NN.name", future=True)``, earlier chapters keep their
-references (catch-up references).
+references (catch-up references).  The stand-ins registered as ``fallback=`` of chapter N's
+slots (numpy doing the work while a chapter is unreleased) are stubbed too, and the
+``fallback=`` itself dropped: the release of a chapter ships no working answer to it.
 """
 from __future__ import annotations
 
@@ -260,6 +262,111 @@ def _binds_name(tree: ast.Module, name: str) -> bool:
     return False
 
 
+def _fallbacks_of(tree: ast.Module, chapter: int) -> list[tuple[ast.Call, str, ast.expr]]:
+    """``(decorator call, slot, fallback expression)`` of the ``@exercise`` decorators of
+    chapter ``chapter`` that name a ``fallback=``."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for dec in node.decorator_list:
+            slot = _slot_of_decorator(dec)
+            if slot and int(slot[:2]) == chapter:
+                for kw in dec.keywords:
+                    if kw.arg == "fallback":
+                        out.append((dec, slot, kw.value))
+    return out
+
+
+def _import_aliases(tree: ast.Module) -> dict[str, str]:
+    """``{local name: module}`` for ``from pkg import mod as name`` / ``import pkg.mod as name``."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    return out
+
+
+def _fallback_targets(package_dir: Path, chapter: int) -> dict[Path, dict[str, str]]:
+    """``{file: {function name: slot}}``: the functions registered as fallbacks of chapter
+    ``chapter``'s slots anywhere in the package at ``package_dir``."""
+    out: dict[Path, dict[str, str]] = {}
+    pkg = package_dir.name
+    for p in _python_files(package_dir):
+        source = p.read_text()
+        if "fallback" not in source:
+            continue
+        tree = ast.parse(source, filename=str(p))
+        aliases = _import_aliases(tree)
+        for _, slot, expr in _fallbacks_of(tree, chapter):
+            if isinstance(expr, ast.Name):
+                out.setdefault(p, {})[expr.id] = slot
+            elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+                module = aliases.get(expr.value.id, "")
+                parts = module.split(".")
+                if parts and parts[0] == pkg:
+                    target = package_dir.joinpath(*parts[1:]).with_suffix(".py")
+                    if not target.exists():
+                        target = package_dir.joinpath(*parts[1:], "__init__.py")
+                    out.setdefault(target, {})[expr.attr] = slot
+            else:
+                raise ValueError(f"{p}: fallback of {slot} must be a function name or "
+                                 f"module.function, got {ast.dump(expr)}")
+    return out
+
+
+def _drop_fallbacks(source: str, path: str, chapter: int) -> str:
+    """``source`` with ``fallback=...`` removed from chapter ``chapter``'s ``@exercise``."""
+    tree = ast.parse(source, filename=path)
+    found = _fallbacks_of(tree, chapter)
+    if not found:
+        return source
+    lines = source.splitlines(keepends=True)
+    for dec, slot, _ in sorted(found, key=lambda f: (f[0].lineno, f[0].col_offset), reverse=True):
+        if dec.lineno != dec.end_lineno:
+            raise ValueError(f"{path}:{dec.lineno}: write @exercise({slot!r}, fallback=...) on one line")
+        line = lines[dec.lineno - 1]
+        lines[dec.lineno - 1] = (line[:dec.col_offset] + ast.unparse(ast.Call(
+            func=dec.func, args=dec.args, keywords=[k for k in dec.keywords if k.arg != "fallback"]))
+            + line[dec.end_col_offset:])
+    return "".join(lines)
+
+
+def _stub_functions(source: str, path: str, names: dict[str, str]) -> str:
+    """``source`` with the bodies of the top-level functions ``names`` (``{name: slot}``)
+    replaced by ``raise ExerciseNotImplemented(slot)`` (their docstrings kept)."""
+    tree = ast.parse(source, filename=path)
+    lines = source.splitlines(keepends=True)
+    todo = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name in names]
+    missing = set(names) - {n.name for n in todo}
+    if missing:
+        raise ValueError(f"{path}: no top-level function(s) {sorted(missing)} to stub")
+    for node in sorted(todo, key=lambda n: n.lineno, reverse=True):
+        body = node.body
+        first = body[0]
+        keep_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None),
+                                                               ast.Constant) and isinstance(first.value.value, str)
+        start = (body[1].lineno if keep_doc and len(body) > 1 else None) if keep_doc else first.lineno
+        indent = " " * (first.col_offset)
+        stub = f'{indent}raise ExerciseNotImplemented("{names[node.name]}")\n'
+        if start is None:  # only a docstring
+            lines.insert(node.end_lineno, stub)
+            continue
+        lines[start - 1:node.end_lineno] = [stub]
+    new = "".join(lines)
+    if not _binds_name(ast.parse(new), "ExerciseNotImplemented"):
+        at = _import_line_index(ast.parse(new))
+        out = new.splitlines(keepends=True)
+        out.insert(at, "from mini.exercises import ExerciseNotImplemented\n")
+        new = "".join(out)
+    return new
+
+
 def strip_source(source: str, path: str, chapter: int) -> tuple[str, list[str]]:
     """Replace the regions of chapters >= ``chapter`` in one module's source.
     Returns the new source and the stubbed slot ids."""
@@ -293,14 +400,19 @@ def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> lis
     shutil.copytree(src, dst, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "_release.py"))
     stubbed: list[str] = []
+    targets = _fallback_targets(dst, int(chapter))
     for p in _python_files(dst):
         source = p.read_text()
-        if BEGIN not in source:
-            continue
-        new, slots = strip_source(source, str(p), int(chapter))
-        if slots:
-            p.write_text(new)
+        new = source
+        if p in targets:
+            new = _stub_functions(new, str(p), targets[p])
+        if "fallback" in new:
+            new = _drop_fallbacks(new, str(p), int(chapter))
+        if BEGIN in new:
+            new, slots = strip_source(new, str(p), int(chapter))
             stubbed += slots
+        if new != source:
+            p.write_text(new)
     (dst / "_release.py").write_text(
         '"""Written by mini-course: the chapter this copy of mini was released for."""\n'
         f"CHAPTER = {int(chapter)}\n")

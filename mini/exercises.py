@@ -90,6 +90,7 @@ def exercise(slot_id: str, fallback: Callable | None = None):
             raise ValueError(f"exercise slot {slot_id} is already owned by "
                              f"{_SLOTS[slot_id].module}.{_SLOTS[slot_id].qualname}")
         _SLOTS[slot_id] = SlotInfo(slot_id, fn, fn.__module__, fn.__qualname__)
+        stub = _is_stub(fn)
         active = _ACTIVE  # local alias: one dict lookup on the hot path
         fast = _FAST_PATHS.setdefault(slot_id, [])  # filled by @fast_path(slot_id)
 
@@ -117,9 +118,13 @@ def exercise(slot_id: str, fallback: Callable | None = None):
             return lambda *args, **kwargs: run(device, args, kwargs)
 
         dispatch.slot_id = slot_id
-        dispatch.reference = fn
+        dispatch.reference = None if stub else fn  # a release stub hands out nothing
         dispatch.fallback = fallback
         dispatch.on = on
+        if stub:
+            import inspect
+            dispatch.__signature__ = inspect.signature(fn)
+            del dispatch.__wrapped__
         return dispatch
 
     return decorate
@@ -187,7 +192,7 @@ def runs_reference(slot_id: str) -> bool:
         if slot_id not in _SLOTS:
             _import_owner_modules()
         code = getattr(_SLOTS[slot_id].reference, "__code__", None)
-        ok = code is not None and "ExerciseNotImplemented" not in code.co_names
+        ok = code is not None and not _is_stub(_SLOTS[slot_id].reference)
         _IS_SOLUTION[slot_id] = ok
     return ok
 
@@ -198,10 +203,21 @@ def implemented(slot_id: str) -> bool:
     return slot_id in _ACTIVE or runs_reference(slot_id)
 
 
+def _is_stub(fn: Callable) -> bool:
+    """True for a reference replaced by ``raise ExerciseNotImplemented(...)`` in a release."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and "ExerciseNotImplemented" in code.co_names
+
+
 def reference(slot_id: str) -> Callable:
+    """mini's reference implementation of ``slot_id``.  In a student copy where the slot is a
+    stub there is none: ``ExerciseNotImplemented``."""
     if slot_id not in _SLOTS:
         _import_owner_modules()
-    return _SLOTS[slot_id].reference
+    fn = _SLOTS[slot_id].reference
+    if _is_stub(fn):
+        raise ExerciseNotImplemented(slot_id, "this copy of mini has no reference for it")
+    return fn
 
 
 def slots() -> dict[str, SlotInfo]:

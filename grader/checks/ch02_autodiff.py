@@ -1,16 +1,19 @@
 """Hidden checks of chapter 02 (automatic differentiation): one check per exercise slot, the
 custom ``Function`` (``MultiplyAdd``), and the three self-check questions.
 
-Oracles are trusted code only: numpy formulas for every vector-Jacobian product, a private
-graph walk for the topological order, fake graph nodes (plain Python objects that record
-what the student's backward loop does to them) for ``02.backward``, and central
-differences computed here for ``02.central_difference``.  The engine slots are also run
-inside mini: the student's function is registered into its own slot for the duration of
-one check (``implement``/``unregister``), the rest of mini stays the reference.
+Oracles are trusted code only: numpy formulas for every vector-Jacobian product, the
+graphs' edges from the same scenario run with mini's reference in this process for the
+topological order, expectations computed here from the fake graphs' specification for
+``02.backward``, and central differences computed here for ``02.central_difference``.
 
-Everything the student returns is converted with strict helpers before it is compared:
-a VJP must return exact ``mini.Tensor`` objects whose values are read through the pristine
-NDArray, never through a method of an object the student made.
+Each check receives a handle on the student's function (:class:`grader.checks.student.
+Student`): tensors go out as :class:`~grader.worker.codec.TensorSpec` and come back as
+:class:`~grader.worker.codec.TensorRecord` (plain values and dtype).  The engine's
+exercises run as scenarios of :mod:`grader.worker.scenarios.ch02` next to the student's
+code: graphs recorded by mini, the backward loop on fake nodes that record what it does, a
+custom Function's node.  Where a check also runs the student's function inside mini's own
+backward (which then uses the student's other chapter-02 answers too), that is a separate
+named part of the points.
 """
 from __future__ import annotations
 
@@ -18,9 +21,13 @@ import math
 
 import numpy as np
 
-from grader.checks import check
-from grader.checks.helpers import (CheckFailed, call, describe, describe_exception,
-                                   expect_choice, expect_float, fail, rng)
+from grader.checks import check, part
+from grader.checks.helpers import (call, describe, expect_choice, expect_float, fail,
+                                   raised_as_failure, rng)
+from grader.checks.student import StudentRaised
+from grader.worker.codec import ExceptionRecord, SizeSpec, TensorRecord, TensorSpec
+
+CANARY = "mini-grader-canary: hidden checks of chapter 02 (never in feedback)"
 
 # Points, the one source: `mini-course build` prices the notebook's test cells and its
 # "What you build" table from this dict (100 in all for the chapter).
@@ -55,70 +62,56 @@ TRIALS = 12  # random cases per check, on top of the fixed ones
 
 # =========================================================================== tensors in and out
 
-def _mini():
-    import mini
-    return mini
-
-
 def _call(fn, *args, label: str, hint: str = ""):
     """Call the student's ``fn(*args)``; an exception it raises becomes a failure naming
-    ``label`` (the call described in words) followed by ``hint``.  ``NotImplementedError``
-    passes through, so the runner can say the exercise is not done yet."""
+    ``label`` (the call described in words) followed by ``hint``.  A stub passes through,
+    so the runner can say the exercise is not done yet."""
     try:
         return fn(*args)
-    except NotImplementedError:
-        raise
-    except RecursionError:
-        fail(f"{label} raised RecursionError (maximum recursion depth exceeded): a recursive "
-             f"function makes one nested Python call per step and hits the recursion limit "
-             f"(about 1,000); use a loop with an explicit stack instead")
-    except Exception as e:  # CheckFailed included: the student cannot pass by raising ours
-        fail(f"{label} raised {describe_exception(e)}{hint}")
+    except StudentRaised as e:
+        if e.record.is_a("RecursionError"):
+            fail(f"{label} raised RecursionError (maximum recursion depth exceeded): a recursive "
+                 f"function makes one nested Python call per step and hits the recursion limit "
+                 f"(about 1,000); use a loop with an explicit stack instead")
+        failure = raised_as_failure(e, label, hint)
+        if type(failure).__name__ == "CheckFailed" and hint:
+            fail(f"{label} raised {e.record.text()}{hint}")
+        raise failure from None
 
 
 def _expect_raises(exc_type, fn, *args, label: str, hint: str = ""):
     """Require the student's ``fn(*args)`` to raise ``exc_type``."""
     try:
         result = fn(*args)
-    except NotImplementedError:  # (a RuntimeError subclass: an unfinished exercise, not the error)
-        raise
-    except exc_type:
-        return
-    except Exception as e:
-        fail(f"{label} should raise {exc_type.__name__}, but raised {describe_exception(e)}; {hint}")
-    got = "a Tensor" if type(result).__name__ == "Tensor" else describe(result)
+    except StudentRaised as e:
+        rec = e.record
+        if rec.not_implemented:  # (a RuntimeError subclass: an unfinished exercise, not the error)
+            raise raised_as_failure(e, label) from None
+        if rec.is_a(exc_type.__name__):
+            return
+        if not rec.is_a("Exception"):
+            raise
+        fail(f"{label} should raise {exc_type.__name__}, but raised {rec.text()}; {hint}")
+    got = "a Tensor" if type(result) is TensorRecord else describe(result)
     fail(f"{label} should raise {exc_type.__name__}, but returned {got}; {hint}")
 
 
-def _tensor(array, requires_grad: bool = False):
-    """A mini Tensor holding a copy of ``array`` (its numpy dtype is kept)."""
-    from mini.autograd.tensor import Tensor
-    return Tensor(np.array(array, copy=True), requires_grad=requires_grad)
+def _tensor(array, requires_grad: bool = False) -> TensorSpec:
+    """A tensor for the student's function, holding a copy of ``array`` (its dtype kept)."""
+    return TensorSpec(np.array(array, copy=True), requires_grad=requires_grad)
 
 
 def _read(value, what: str, *, shape=None, dtype=None, hint_shape: str = "") -> np.ndarray:
-    """The values of a mini Tensor the student returned, as a fresh numpy array.
-
-    Only an exact ``mini.Tensor`` over an exact NDArray is accepted; shape and dtype are
-    checked when given (``hint_shape`` is appended to a shape mismatch)."""
-    from mini.autograd.tensor import Tensor
-    from mini.ndarray.ndarray import NDArray, Storage
-    if type(value) is not Tensor:
+    """The values of a mini Tensor the student returned (a record), as a numpy array; shape
+    and dtype are checked when given (``hint_shape`` is appended to a shape mismatch)."""
+    if type(value) is not TensorRecord:
         if type(value) is np.ndarray:
             fail(f"{what} should be a mini Tensor, got a numpy array ({describe(value)}): "
                  f"compute it with Tensor operations (grad * b, grad.sum(...), ...)")
         if value is None:
             fail(f"{what} should be a mini Tensor, got None: did you forget to return it?")
         fail(f"{what} should be a mini Tensor, got {describe(value)}")
-    nd = value._data
-    if type(nd) is not NDArray or type(nd.storage) is not Storage:
-        fail(f"{what}: the tensor does not hold a mini NDArray")
-    try:
-        arr = nd.numpy()
-    except Exception as e:  # pragma: no cover - a pristine NDArray always converts
-        fail(f"{what}: its values could not be read ({describe_exception(e)})")
-    if type(arr) is not np.ndarray:  # pragma: no cover
-        fail(f"{what}: its values could not be read")
+    arr = value.data
     if shape is not None and arr.shape != tuple(shape):
         msg = f"{what} has shape {arr.shape}, expected {tuple(shape)}"
         fail(f"{msg}; {hint_shape}" if hint_shape else msg)
@@ -130,9 +123,8 @@ def _read(value, what: str, *, shape=None, dtype=None, hint_shape: str = "") -> 
 
 def _pair(value, what: str, n: int = 2) -> tuple:
     """A tuple (or list) of exactly ``n`` items, as a tuple."""
-    from mini.autograd.tensor import Tensor
     if type(value) not in (tuple, list):
-        got = "one Tensor" if type(value) is Tensor else describe(value)
+        got = "one Tensor" if type(value) is TensorRecord else describe(value)
         fail(f"{what} should return a tuple of {n} gradients (grad_a, grad_b), got {got}: "
              f"return one gradient per input")
     items = tuple(list.__iter__(value) if type(value) is list else tuple.__iter__(value))
@@ -496,7 +488,6 @@ def _reduction_cases(gen):
 
 
 def _reduction_call(fn, name, gen, shape, axes, keepdim, dtype):
-    from mini.autograd.tensor import Size
     out_shape = _keep_shape(shape, axes) if keepdim else tuple(d for i, d in enumerate(shape)
                                                                if i not in axes)
     g = _randn(gen, out_shape, dtype)
@@ -505,7 +496,7 @@ def _reduction_call(fn, name, gen, shape, axes, keepdim, dtype):
     hint = "" if keepdim else (" (with keepdim=False the reduced axes are gone from grad: put "
                                "them back as size-1 axes with reshape before expanding, else "
                                "grad is broadcast along the wrong axis)")
-    got = _call(fn, _tensor(g), Size(shape), axes, keepdim, label=what, hint=hint)
+    got = _call(fn, _tensor(g), SizeSpec(shape), axes, keepdim, label=what, hint=hint)
     return g, what, got
 
 
@@ -562,7 +553,6 @@ def check_mean_vjp(fn):
 
 @check("02.reshape_vjp", points=POINTS["02.reshape_vjp"])
 def check_reshape_vjp(fn):
-    from mini.autograd.tensor import Size
     gen = rng()
     cases = [((2, 3), (6,)), ((6,), (3, 2)), ((2, 3, 4), (4, 6)), ((1, 5), (5,)), ((), (1,))]
     for _ in range(6):
@@ -571,7 +561,7 @@ def check_reshape_vjp(fn):
     for in_shape, out_shape in cases:
         g = _randn(gen, out_shape)
         what = f"reshape_vjp(grad of shape {_shape_text(out_shape)}, input_shape={_shape_text(in_shape)})"
-        arr = _read(_call(fn, _tensor(g), Size(in_shape), label=what), what,
+        arr = _read(_call(fn, _tensor(g), SizeSpec(in_shape), label=what), what,
                     shape=in_shape, dtype=np.float64,
                     hint_shape="the gradient of an input has that input's shape: reshape grad "
                                "back to input_shape")
@@ -676,140 +666,63 @@ def check_matmul_vjp(fn):
 
 # =========================================================================== the engine
 
-def _graph_walk(roots):
-    """Trusted walk of a recorded graph: (nodes by id, list of edges (parent, child))."""
-    nodes, edges, stack = {}, [], [r for r in roots if r is not None]
-    for r in stack:
-        nodes[id(r)] = r
-    while stack:
-        n = stack.pop()
-        for child, _ in n.next_functions:
-            if child is None:
-                continue
-            edges.append((n, child))
-            if id(child) not in nodes:
-                nodes[id(child)] = child
-                stack.append(child)
-    return nodes, edges
-
-
-def _node_list(value, what: str) -> list:
-    if type(value) not in (list, tuple):
-        fail(f"{what} should return a list of nodes, got {describe(value)}")
-    return list(list.__iter__(value) if type(value) is list else tuple.__iter__(value))
-
-
-def _check_order(got, walk, what: str) -> None:
-    """``walk`` is ``_graph_walk(roots)``, taken BEFORE the student's function ran (it could
-    rewrite ``next_functions``)."""
-    nodes, edges = walk
-    got = _node_list(got, what)
+def _check_order(got: dict, names: list, edges: list, what: str) -> None:
+    """``got``: the scenario's record of the student's order (labels of the nodes);
+    ``names`` and ``edges``: the graph, from the reference run in this process."""
+    if "raised" in got:
+        rec = got["raised"]
+        if type(rec) is ExceptionRecord and rec.not_implemented:
+            raise raised_as_failure(StudentRaised(rec), what)
+        if got.get("recursion"):
+            fail(f"{what} raised RecursionError: a recursive depth-first search makes one nested "
+                 f"Python call per node and hits the recursion limit (about 1,000); keep your own "
+                 f"stack (a list) of nodes to visit instead of recursing")
+        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}")
+    if got.get("kind") != "list":
+        fail(f"{what} should return a list of nodes, got {describe(got.get('value'))}")
+    order = got["order"]
     pos = {}
-    for i, n in enumerate(got):
-        key = id(n)
-        if key not in nodes:
-            fail(f"{what}: item {i} of the result is {describe(n)}, which is not a node of the "
+    for i, label in enumerate(order):
+        if type(label) is not int or not 0 <= label < len(names):
+            thing = got.get("strangers", {}).get(str(i), "something else")
+            fail(f"{what}: item {i} of the result is {thing}, which is not a node of the "
                  f"graph: return the Node objects themselves (root, its next_functions, ...)")
-        if key in pos:
-            fail(f"{what}: node {nodes[key].name()} appears twice (positions {pos[key]} and {i}); "
+        if label in pos:
+            fail(f"{what}: node {names[label]} appears twice (positions {pos[label]} and {i}); "
                  f"mark nodes as visited so each is listed once, however many paths lead to it")
-        pos[key] = i
-    missing = [n for k, n in nodes.items() if k not in pos]
+        pos[label] = i
+    missing = [names[k] for k in range(len(names)) if k not in pos]
     if missing:
-        names = ", ".join(sorted({n.name() for n in missing}))
-        fail(f"{what}: {len(missing)} of the {len(nodes)} reachable nodes are missing ({names}); "
-             f"follow next_functions all the way down to the leaves' AccumulateGrad nodes")
-    bad = [(p, c) for p, c in edges if pos[id(p)] > pos[id(c)]]
+        fail(f"{what}: {len(missing)} of the {len(names)} reachable nodes are missing "
+             f"({', '.join(sorted(set(missing)))}); follow next_functions all the way down to "
+             f"the leaves' AccumulateGrad nodes")
+    bad = [(p, c) for p, c in edges if pos[p] > pos[c]]
     if bad:
         if len(bad) == len(edges):
             fail(f"{what}: the order is reversed: every node comes after the nodes it sends "
                  f"gradients to (leaves first). The backward pass starts at the output: reverse "
                  f"your post-order so the roots come first")
         p, c = bad[0]
-        fail(f"{what}: wrong topological order: {c.name()} (position {pos[id(c)]}) is listed "
-             f"before {p.name()} (position {pos[id(p)]}), which sends it a gradient, so "
-             f"{c.name()} would run before its gradient is complete. A node must come after "
+        fail(f"{what}: wrong topological order: {names[c]} (position {pos[c]}) is listed "
+             f"before {names[p]} (position {pos[p]}), which sends it a gradient, so "
+             f"{names[c]} would run before its gradient is complete. A node must come after "
              f"every node that feeds it: use the reverse post-order of a depth-first search "
              f"(a breadth-first or pre-order listing is not enough)")
 
 
-def _graphs():
-    """(description, roots) of graphs recorded by the reference mini."""
-    mini = _mini()
-    gen = rng()
-    out = []
-    x = mini.tensor(2.0, requires_grad=True)
-    out.append(("z = (3*x)**2", [((3 * x) ** 2).grad_fn]))
-    x = mini.tensor([1.0, 2.0], requires_grad=True)
-    a = x * 2
-    d = a.exp() + a * 3
-    out.append(("a diamond (a = x*2; d = a.exp() + a*3)", [d.grad_fn]))
-    y = x * 2
-    h = y
-    for _ in range(4):
-        h = h * 1.5
-    out.append(("a skip connection (y = x*2; h = y*1.5*1.5*1.5*1.5; out = y + h)", [(y + h).grad_fn]))
-    w = mini.tensor(gen.standard_normal((3, 2)), requires_grad=True)
-    inp = mini.tensor(gen.standard_normal((4, 3)))  # needs no grad: a None edge
-    b = mini.tensor(gen.standard_normal(2), requires_grad=True)
-    hid = (inp @ w + b).relu()
-    out.append(("a small layer (relu(inp @ w + b) used twice)", [(hid * hid + hid).sum().grad_fn]))
-    # random DAGs
-    for _ in range(3):
-        pool = [mini.tensor(gen.standard_normal(3), requires_grad=True) for _ in range(3)]
-        pool.append(mini.tensor(gen.standard_normal(3)))
-        for _ in range(int(gen.integers(8, 20))):
-            i, j = (int(v) for v in gen.integers(0, len(pool), size=2))
-            op = int(gen.integers(0, 4))
-            if op == 0:
-                t = pool[i] + pool[j]
-            elif op == 1:
-                t = pool[i] * pool[j]
-            elif op == 2:
-                t = pool[i].sin()
-            else:
-                t = pool[i] - pool[j] * 0.5
-            pool.append(t)
-        res = pool[-1] + pool[-2] + pool[len(pool) // 2]
-        if res.grad_fn is not None:
-            out.append(("a random graph", [res.sum().grad_fn]))
-    # two roots sharing a subgraph
-    x = mini.tensor([1.0, -1.0], requires_grad=True)
-    s = (x * x).exp()
-    r1, r2 = (s + 1).sum(), (s * x).sum()
-    out.append(("two outputs sharing a subgraph (roots [r1.grad_fn, r2.grad_fn])", [r1.grad_fn, r2.grad_fn]))
-    # a leaf alone
-    x = mini.tensor(1.0, requires_grad=True)
-    out.append(("a leaf alone (roots [x's AccumulateGrad])", [x._accumulate_node()]))
-    return out
-
-
 @check("02.toposort", points=POINTS["02.toposort"])
 def check_toposort(fn):
-    mini = _mini()
-    for desc, roots in _graphs():
-        what = f"topological_order on {desc}"
-        walk = _graph_walk(roots)
-        got = _call(fn, list(roots), label=what)
-        _check_order(got, walk, what)
+    seed = int(rng().integers(0, 2**31))
+    got_graphs = fn.scenario("toposort_graphs", seed=seed)
+    want_graphs = fn.expected("toposort_graphs", seed=seed)
+    if type(got_graphs) is not list or len(got_graphs) != len(want_graphs):
+        fail("topological_order: the grader's graphs could not be built next to your code")
+    for got, want in zip(got_graphs, want_graphs):
+        _check_order(got, want["names"], want["edges"], f"topological_order on {want['desc']}")
     # deep: a chain of 10,000 operations
-    x = mini.tensor(1.0, requires_grad=True)
-    h = x
-    for _ in range(10_000):
-        h = h + 1.0
-    what = "topological_order on a chain of 10,000 additions"
-    walk = _graph_walk([h.grad_fn])
-    try:
-        got = fn([h.grad_fn])
-    except RecursionError:
-        fail(f"{what} raised RecursionError: a recursive depth-first search makes one nested "
-             f"Python call per node and hits the recursion limit (about 1,000); keep your own "
-             f"stack (a list) of nodes to visit instead of recursing")
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        fail(f"{what} raised {describe_exception(e)}")
-    _check_order(got, walk, what)
+    got = fn.scenario("toposort_chain", length=10_000)
+    want = fn.expected("toposort_chain", length=10_000)
+    _check_order(got, want["names"], want["edges"], "topological_order on a chain of 10,000 additions")
 
 
 @check("02.seed_gradient", points=POINTS["02.seed_gradient"])
@@ -852,92 +765,45 @@ def check_seed_gradient(fn):
                        "RuntimeError naming both shapes")
 
 
+def _scenario(fn, name: str, what: str, **params):
+    """``fn.scenario(name, ...)``; what the student's code raised becomes a failure naming
+    ``what`` (a stub: not implemented)."""
+    try:
+        return fn.scenario(name, **params)
+    except StudentRaised as e:
+        raise raised_as_failure(e, what) from None
+
+
 @check("02.accumulate_grad", points=POINTS["02.accumulate_grad"])
 def check_accumulate_grad(fn):
     gen = rng()
-    for shape, dtype in [((3,), np.float64), ((2, 2), np.float32), ((), np.float64)]:
-        leaf = _tensor(_randn(gen, shape, dtype), requires_grad=True)
-        total = np.zeros(shape)
-        for k in range(3):
-            g = _randn(gen, shape, dtype)
-            total = total + g
-            what = f"after {k + 1} call{'s' if k else ''} of accumulate_grad(leaf, grad) on a leaf of shape {_shape_text(shape)}"
-            _call(fn, leaf, _tensor(g), label=what)
-            arr = _read(leaf.grad, f"{what}: leaf.grad", shape=shape, dtype=dtype)
-            wrong = [(g, "gradients accumulate: add into leaf.grad instead of replacing it "
-                         "(that is why optimizers call zero_grad() before each backward)")] if k else []
-            _compare(arr, total, f"{what}: leaf.grad", dtype, wrong=wrong)
-    # inside mini: two backward passes add up
-    from mini.exercises import implement, unregister
-    mini = _mini()
-    x0 = _randn(gen, (3,))
-    implement("02.accumulate_grad")(fn)
-    try:
-        x = mini.tensor(x0, requires_grad=True)
-        try:
-            (x * x).sum().backward()
-            (x * x).sum().backward()
-        except NotImplementedError:
-            raise
-        except Exception as e:
-            fail(f"two backward passes through mini with your accumulate_grad raised "
-                 f"{describe_exception(e)}")
-        arr = _read(x.grad, "x.grad after two backward passes of (x*x).sum()", shape=(3,),
+    with part("direct calls", 2):
+        for shape, dtype in [((3,), np.float64), ((2, 2), np.float32), ((), np.float64)]:
+            grads = [_randn(gen, shape, dtype) for _ in range(3)]
+            what = (f"accumulate_grad(leaf, grad) called 3 times on a leaf of shape "
+                    f"{_shape_text(shape)}")
+            obs = _scenario(fn, "accumulate_calls", what, leaf=_randn(gen, shape, dtype), grads=grads)
+            total = np.zeros(shape)
+            for k, (g, after) in enumerate(zip(grads, obs["after"])):
+                total = total + g
+                step = (f"after {k + 1} call{'s' if k else ''} of accumulate_grad(leaf, grad) on "
+                        f"a leaf of shape {_shape_text(shape)}")
+                arr = _read(after, f"{step}: leaf.grad", shape=shape, dtype=dtype)
+                wrong = [(g, "gradients accumulate: add into leaf.grad instead of replacing it "
+                             "(that is why optimizers call zero_grad() before each backward)")] if k else []
+                _compare(arr, total, f"{step}: leaf.grad", dtype, wrong=wrong)
+    with part("inside mini's backward", 1):
+        x0 = _randn(gen, (3,))
+        what = "two backward passes of (x*x).sum() through mini with your accumulate_grad"
+        obs = _scenario(fn, "accumulate_in_mini", what, x0=x0)
+        arr = _read(obs["grad"], "x.grad after two backward passes of (x*x).sum()", shape=(3,),
                     dtype=np.float64)
         _compare(arr, 4 * x0, "x.grad after two backward passes of (x*x).sum() (2·2x)", np.float64,
                  wrong=[(2 * x0, "gradients accumulate across backward calls: the second pass "
                                  "must add to the first, not overwrite it")])
-    finally:
-        unregister("02.accumulate_grad")
 
 
 # --- 02.backward: the loop, watched on fake nodes -------------------------------------------
-
-class _FakeNode:
-    """A graph node for watching the student's backward loop: run_node records every call."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.next_functions = ()
-        self.coeffs = ()          # per edge: the local derivative, or None (no gradient)
-        self.same_object = False  # hand one array object to every edge (like add's rule)
-        self.released = 0
-
-    def release(self):
-        self.released += 1
-
-    def name(self):
-        return self.label
-
-    def __repr__(self):
-        return f"<node {self.label}>"
-
-
-def _fake_graph(spec):
-    """spec: {label: [(child_label or None, coeff or None), ...]} -> {label: node}."""
-    nodes = {label: _FakeNode(label) for label in spec}
-    for label, edges in spec.items():
-        n = nodes[label]
-        n.next_functions = tuple(((nodes[c] if c is not None else None), 0) for c, _ in edges)
-        n.coeffs = tuple(k for _, k in edges)
-    return nodes
-
-
-def _expected_run(order, seeds):
-    """Trusted propagation: [(label, gradient)] in the order nodes run."""
-    grads = {id(n): np.array(g, dtype=np.float64) for n, g in seeds}
-    runs = []
-    for n in order:
-        g = grads.pop(id(n), None)
-        if g is None:
-            continue
-        runs.append((n.label, g))
-        for (child, _), k in zip(n.next_functions, n.coeffs):
-            if child is None or k is None:
-                continue
-            grads[id(child)] = grads[id(child)] + k * g if id(child) in grads else k * g
-    return runs
-
 
 _BACKWARD_CASES = [
     ("a chain out -> h -> x",
@@ -960,46 +826,40 @@ _BACKWARD_CASES = [
 ]
 
 
-def _run_fake(fn, desc, spec, order_labels, seeds, retain_graph):
-    nodes = _fake_graph(spec)
-    if "leaf" in spec:  # the aliasing case: "out" hands one array object to all its inputs
-        nodes["out"].same_object = True
-    order = [nodes[label] for label in order_labels]
-    seed_pairs = [(nodes[label], np.atleast_1d(np.array(g, dtype=np.float64)))
-                  for label, g in seeds.items()]
-    grads = {id(n): np.array(g, copy=True) for n, g in seed_pairs}
-    calls = []
-    problems = []  # found inside run_node; reported after the student's function returns
+def _expected_run(spec, order, seeds, keep: str = "sum", stop_at: str | None = None):
+    """Trusted propagation over the fake graph: [(label, gradient)] in the order nodes run.
+    ``keep="last"`` / ``"first"`` model a loop that overwrites instead of adding; with
+    ``stop_at`` only what that node receives."""
+    grads = {label: np.atleast_1d(np.array(g, dtype=np.float64)) for label, g in seeds.items()}
+    runs = []
+    for label in order:
+        g = grads.pop(label, None)
+        if g is None:
+            continue
+        if stop_at == label:
+            return [(label, g)]
+        runs.append((label, g))
+        for child, k in spec[label]:
+            if child is None or k is None:
+                continue
+            if keep == "sum":
+                grads[child] = grads[child] + k * g if child in grads else k * g
+            elif keep == "last" or child not in grads:
+                grads[child] = k * g
+    return runs if stop_at is None else []
 
-    def run_node(node, grad):
-        if type(node) is not _FakeNode:
-            problems.append(f"run_node was called with {describe(node)} instead of a node "
-                            f"from `order`")
-            return ()
-        if grad is None:
-            problems.append(f"run_node({node.label!r}, None) was called: a node that received "
-                            f"no gradient has no entry in grads; skip it")
-            return (None,) * len(node.next_functions)
-        if type(grad) is not np.ndarray:
-            problems.append(f"run_node({node.label!r}, ...) received {describe(grad)} as the "
-                            f"gradient: pass the gradient you took out of grads")
-            return (None,) * len(node.next_functions)
-        calls.append((node.label, np.array(grad, copy=True), node.released))
-        if node.same_object:
-            shared = grad * 1.0
-            return tuple(None if k is None else shared for k in node.coeffs)
-        return tuple(None if k is None else k * grad for k in node.coeffs)
 
+def _check_fake(fn, desc, spec, order, seeds, retain_graph) -> None:
     what = f"propagate(order, grads, run_node, retain_graph={retain_graph}) on {desc}"
-    try:
-        _call(fn, order, grads, run_node, retain_graph, label=what)
-    except CheckFailed:
-        if problems:
-            fail(f"{what}: {problems[0]}")
-        raise
-    if problems:
-        fail(f"{what}: {problems[0]}")
-    expected = _expected_run(order, seed_pairs)
+    obs = _scenario(fn, "propagate_fake", what, spec=spec, order=order, seeds=seeds,
+                    retain_graph=retain_graph, same_object="out" if "leaf" in spec else None)
+    if obs["problems"]:
+        fail(f"{what}: {obs['problems'][0]}")
+    if obs["raised"] is not None:
+        rec = obs["raised"]
+        fail(f"{what} raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}")
+    calls = [(c[0], c[1], c[2]) for c in obs["calls"]]
+    expected = _expected_run(spec, order, seeds)
     got_labels = [label for label, _, _ in calls]
     exp_labels = [label for label, _ in expected]
     if "dead" in got_labels and "dead" not in exp_labels:
@@ -1020,7 +880,7 @@ def _run_fake(fn, desc, spec, order_labels, seeds, retain_graph):
     if got_labels != exp_labels:
         fail(f"{what}: nodes ran in the order {got_labels}, expected {exp_labels}: follow `order`")
     for (label, g, released_before), (_, exp) in zip(calls, expected):
-        if g.shape != exp.shape or not np.allclose(g, exp):
+        if type(g) is not np.ndarray or g.shape != exp.shape or not np.allclose(g, exp):
             hint = ("when a tensor feeds several operations, ADD the gradients that reach it "
                     "(grads[key] = grads[key] + g): assigning overwrites the earlier one")
             if label == "leaf":
@@ -1028,213 +888,145 @@ def _run_fake(fn, desc, spec, order_labels, seeds, retain_graph):
                         "SAME tensor to both of its inputs, so an in-place sum also changes the "
                         "other input's gradient: write grads[key] = grads[key] + g")
             else:
-                one_path = [e for e in _single_paths(order, seed_pairs, label)]
-                if any(g.shape == p.shape and np.allclose(g, p) for p in one_path):
+                one_path = [g1 for keep in ("last", "first")
+                            for _, g1 in _expected_run(spec, order, seeds, keep, stop_at=label)]
+                if type(g) is np.ndarray and any(g.shape == p.shape and np.allclose(g, p)
+                                                 for p in one_path):
                     hint = ("gradient overwritten instead of accumulated: this node is reached "
                             "along several paths and received only one of them; add each new "
                             "gradient to what grads already holds for the node")
-            fail(f"{what}: node {label!r} received the gradient {_show(g)}, expected "
+            fail(f"{what}: node {label!r} received the gradient {_show(np.asarray(g))}, expected "
                  f"{_show(exp)}; {hint}")
         if released_before:
             fail(f"{what}: node {label!r} was released before run_node ran it: its backward "
                  f"still needs its saved tensors; call node.release() after run_node(node, grad)")
-    for label, n in _fake_graph_nodes(order).items():
+    released = obs["released"]
+    for label in order:
         if label not in seen:
             continue
-        if retain_graph and n.released:
+        n = released.get(label, 0)
+        if retain_graph and n:
             fail(f"{what}: node {label!r} was released although retain_graph=True: keep the saved "
                  f"tensors so that backward can run through the graph again")
-        if not retain_graph and n.released != 1:
-            if n.released == 0:
+        if not retain_graph and n != 1:
+            if n == 0:
                 fail(f"{what}: node {label!r} was never released: saved tensors never released "
                      f"keep the whole graph's activations in memory; call node.release() after "
                      f"running each node unless retain_graph")
-            fail(f"{what}: node {label!r} was released {n.released} times; once is enough")
-
-
-def _fake_graph_nodes(order):
-    return {n.label: n for n in order}
-
-
-def _single_paths(order, seed_pairs, label):
-    """The gradients ``label`` would receive if only the LAST (or only the first) incoming
-    contribution were kept: what an overwriting loop produces."""
-    outs = []
-    for keep in ("last", "first"):
-        grads = {id(n): np.array(g, dtype=np.float64) for n, g in seed_pairs}
-        for n in order:
-            g = grads.pop(id(n), None)
-            if g is None:
-                continue
-            if n.label == label:
-                outs.append(g)
-                break
-            for (child, _), k in zip(n.next_functions, n.coeffs):
-                if child is None or k is None:
-                    continue
-                if keep == "last" or id(child) not in grads:
-                    grads[id(child)] = k * g
-    return outs
-
-
-def _mini_backward_case(what, build):
-    """Run build() -> (loss, {name: (tensor, expected array)}) through mini and compare."""
-    try:
-        loss, leaves = build()
-        loss.backward()
-    except NotImplementedError:
-        raise
-    except CheckFailed:
-        raise
-    except Exception as e:
-        fail(f"{what}: backward through mini with your propagate raised {describe_exception(e)}")
-    for name, (t, exp) in leaves.items():
-        arr = _read(t.grad, f"{what}: {name}.grad", shape=np.shape(exp), dtype=np.float64)
-        _compare(arr, exp, f"{what}: {name}.grad", np.float64,
-                 hint="gradients arriving at a node along several paths must be added")
+            fail(f"{what}: node {label!r} was released {n} times; once is enough")
 
 
 @check("02.backward", points=POINTS["02.backward"])
 def check_backward(fn):
-    for desc, spec, order_labels, seeds in _BACKWARD_CASES:
-        for retain in (False, True):
-            _run_fake(fn, desc, spec, order_labels, seeds, retain)
-    # inside mini
-    from mini.autograd import graph
-    from mini.exercises import implement, unregister
-    mini = _mini()
-    gen = rng()
-    implement("02.backward")(fn)
-    try:
-        def toy():
-            x, w1, w2 = (mini.tensor(v, requires_grad=True, dtype="float64") for v in (1.0, 2.0, 3.0))
-            return w2 * (w1 * x), {"x": (x, 6.0), "w1": (w1, 3.0), "w2": (w2, 2.0)}
-        _mini_backward_case("the toy network y = w2*(w1*x) at (x, w1, w2) = (1, 2, 3)", toy)
+    with part("the backward loop", 7):
+        for desc, spec, order_labels, seeds in _BACKWARD_CASES:
+            for retain in (False, True):
+                _check_fake(fn, desc, spec, order_labels, seeds, retain)
+    with part("inside mini's backward", 3):
+        gen = rng()
         x0, w0 = _randn(gen, (4, 3)), _randn(gen, (3, 2))
-
-        def reused():
-            x = mini.tensor(x0, requires_grad=True)
-            w = mini.tensor(w0, requires_grad=True)
-            h = x @ w                      # h feeds three operations
-            loss = (h * h).sum() + h.sum() + (h * 2.0).sum()
-            dh = 2 * (x0 @ w0) + 1 + 2
-            return loss, {"x": (x, dh @ w0.T), "w": (w, x0.T @ dh)}
-        _mini_backward_case("loss = (h*h).sum() + h.sum() + (2*h).sum() with h = x @ w", reused)
-        # release and retain_graph
-        x = mini.tensor(x0, requires_grad=True)
-        y = (x.exp() * x).sum()
-        before = graph.saved_tensor_bytes(y)
-        try:
-            y.backward(retain_graph=True)
-            kept = graph.saved_tensor_bytes(y)
-            y.backward()
-            after = graph.saved_tensor_bytes(y)
-        except NotImplementedError:
-            raise
-        except Exception as e:
+        what = "backward through mini with your propagate"
+        obs = _scenario(fn, "backward_in_mini", what, x0=x0, w0=w0)
+        for key, label in (("toy", "the toy network y = w2*(w1*x) at (x, w1, w2) = (1, 2, 3)"),
+                           ("reused", "loss = (h*h).sum() + h.sum() + (2*h).sum() with h = x @ w")):
+            if f"{key}_raised" in obs:
+                rec = obs[f"{key}_raised"]
+                fail(f"{label}: backward through mini with your propagate raised "
+                     f"{rec.text() if type(rec) is ExceptionRecord else describe(rec)}")
+        dh = 2 * (x0 @ w0) + 1 + 2
+        cases = [("toy", ["x", "w1", "w2"], [6.0, 3.0, 2.0],
+                  "the toy network y = w2*(w1*x) at (x, w1, w2) = (1, 2, 3)"),
+                 ("reused", ["x", "w"], [dh @ w0.T, x0.T @ dh],
+                  "loss = (h*h).sum() + h.sum() + (2*h).sum() with h = x @ w")]
+        for key, names, wants, label in cases:
+            for name, got, exp in zip(names, obs[key], wants):
+                arr = _read(got, f"{label}: {name}.grad", shape=np.shape(exp), dtype=np.float64)
+                _compare(arr, exp, f"{label}: {name}.grad", np.float64,
+                         hint="gradients arriving at a node along several paths must be added")
+        if "retain_raised" in obs:
+            rec = obs["retain_raised"]
             fail(f"backward(retain_graph=True) then backward() through mini with your propagate "
-                 f"raised {describe_exception(e)}: with retain_graph=True do not release nodes")
+                 f"raised {rec.text() if type(rec) is ExceptionRecord else describe(rec)}: with "
+                 f"retain_graph=True do not release nodes")
+        before, kept, after = obs["bytes"]
         if kept != before:
             fail(f"after backward(retain_graph=True) the graph holds {kept} bytes of saved tensors, "
                  f"expected {before}: with retain_graph=True nothing is released")
         if after != 0:
             fail(f"after backward() the graph still holds {after} bytes of saved tensors: saved "
                  f"tensors never released; call node.release() after running each node")
-        arr = _read(x.grad, "x.grad after two backward passes", shape=x0.shape, dtype=np.float64)
+        arr = _read(obs["twice"], "x.grad after two backward passes", shape=x0.shape,
+                    dtype=np.float64)
         _compare(arr, 2 * (np.exp(x0) * (1 + x0)), "x.grad after two backward passes of "
                  "(x.exp() * x).sum()", np.float64)
-    finally:
-        unregister("02.backward")
 
 
 # =========================================================================== custom Function
 
 @check("02.multiply_add", points=POINTS["02.multiply_add"])
 def check_multiply_add(cls):
-    mini = _mini()
-    from mini.autograd.function import Function
-    if not isinstance(cls, type) or not issubclass(cls, Function):
-        fail(f"MultiplyAdd should be a class derived from mini.autograd.Function, got "
-             f"{describe(cls)}")
     gen = rng()
-
-    def apply(*args):
-        try:
-            return cls.apply(*args)
-        except NotImplementedError:
-            raise
-        except Exception as e:
-            fail(f"MultiplyAdd.apply(x, y, z) raised {describe_exception(e)}")
-
-    # the chapter's example
-    x, y, z = (mini.tensor(v, requires_grad=True, dtype="float64") for v in (2.0, 3.0, 1.0))
-    out = apply(x, y, z)
-    val = _read(out, "MultiplyAdd.apply(2, 3, 1)", shape=(), dtype=np.float64)
-    if float(val) != 7.0:
-        fail(f"MultiplyAdd.apply(2, 3, 1): expected 2*3 + 1 = 7, got {float(val):g}")
-    if out.grad_fn is None:
-        fail("MultiplyAdd.apply(x, y, z) on inputs that require grad returned a tensor without "
-             "grad_fn: return a new tensor computed in forward (x * y + z)")
-    node = out.grad_fn
-    saved = node._saved
-    if not saved:
-        fail("MultiplyAdd's forward saved nothing with ctx.save_for_backward: save x and y with "
-             "ctx.save_for_backward(x, y) (not as ctx attributes), so that mini can check their "
-             "version and free them after backward")
-    storages = {id(t._data.storage) for t in saved if hasattr(t, "_data")}
-    if id(x._data.storage) not in storages or id(y._data.storage) not in storages:
-        fail("MultiplyAdd's forward must save both x and y with ctx.save_for_backward(x, y): "
-             "backward needs y for x's gradient and x for y's")
-    try:
-        out.backward()
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        fail(f"backward through MultiplyAdd raised {describe_exception(e)}")
-    got = []
-    for name, t in (("x", x), ("y", y), ("z", z)):
-        if t.grad is None:
-            fail(f"after MultiplyAdd(2, 3, 1).backward(), {name}.grad is None: backward must "
-                 f"return one gradient per input of forward (x, y, z)")
-        got.append(float(_read(t.grad, f"{name}.grad", shape=(), dtype=np.float64)))
-    if got != [3.0, 2.0, 1.0]:
-        hint = ""
-        if got == [2.0, 3.0, 1.0]:
-            hint = ": x's gradient is grad * y and y's is grad * x (the other factor)"
-        fail(f"MultiplyAdd(2, 3, 1): expected gradients (x, y, z) = (3, 2, 1), got "
-             f"({got[0]:g}, {got[1]:g}, {got[2]:g}){hint}")
-    # random tensors and an upstream gradient
+    cases = [[2.0, 3.0, 1.0, 1.0]]                                # the chapter's example
     for shape in [(3,), (2, 4)]:
-        xs, ys, zs, gs = (_randn(gen, shape) for _ in range(4))
-        x, y, z = (mini.tensor(v, requires_grad=True) for v in (xs, ys, zs))
-        out = apply(x, y, z)
-        _compare(_read(out, "MultiplyAdd output", shape=shape, dtype=np.float64), xs * ys + zs,
-                 f"MultiplyAdd.apply on tensors of shape {shape}", np.float64)
-        try:
-            out.backward(mini.tensor(gs))
-        except NotImplementedError:
-            raise
-        except Exception as e:
-            fail(f"backward through MultiplyAdd raised {describe_exception(e)}")
-        for name, t, exp in (("x", x, gs * ys), ("y", y, gs * xs), ("z", z, gs)):
-            _compare(_read(t.grad, f"{name}.grad", shape=shape, dtype=np.float64), exp,
-                     f"MultiplyAdd on shape {shape} with upstream gradient g: {name}.grad", np.float64,
-                     hint="multiply the incoming gradient by each local derivative")
-    # the version counter sees an in-place write to a saved input
-    x, y, z = (mini.tensor(_randn(gen, (3,)), requires_grad=True) for _ in range(3))
-    a = x * 1.0  # a non-leaf copy that can be modified in place
-    out = apply(a, y, z)
-    with mini.no_grad():
-        a.add_(1.0)
-    try:
-        out.sum().backward()
-    except NotImplementedError:  # a RuntimeError subclass: must not count as the version error
-        raise
-    except RuntimeError:
-        return
-    except Exception as e:
+        cases.append([_randn(gen, shape) for _ in range(4)])
+    version = [_randn(gen, (3,)) for _ in range(3)]
+    obs = _scenario(cls, "multiply_add", "MultiplyAdd", cases=cases, version=version)
+    if "not_a_function" in obs:
+        fail(f"MultiplyAdd should be a class derived from mini.autograd.Function, got "
+             f"{describe(obs['not_a_function'])}")
+    for i, (rec, (xs, ys, zs, gs)) in enumerate(zip(obs["cases"], cases)):
+        xs, ys, zs, gs = (np.asarray(v, dtype=np.float64) for v in (xs, ys, zs, gs))
+        shape = xs.shape
+        label = "MultiplyAdd.apply(2, 3, 1)" if i == 0 else f"MultiplyAdd.apply on tensors of shape {shape}"
+        if "apply_raised" in rec:
+            err = rec["apply_raised"]
+            fail(f"MultiplyAdd.apply(x, y, z) raised "
+                 f"{err.text() if type(err) is ExceptionRecord else describe(err)}")
+        val = _read(rec["out"], label if i else "MultiplyAdd.apply(2, 3, 1)", shape=shape,
+                    dtype=np.float64)
+        if i == 0 and float(val) != 7.0:
+            fail(f"MultiplyAdd.apply(2, 3, 1): expected 2*3 + 1 = 7, got {float(val):g}")
+        _compare(val, xs * ys + zs, label, np.float64)
+        if not rec["has_grad_fn"]:
+            fail("MultiplyAdd.apply(x, y, z) on inputs that require grad returned a tensor without "
+                 "grad_fn: return a new tensor computed in forward (x * y + z)")
+        if not rec["saved_count"]:
+            fail("MultiplyAdd's forward saved nothing with ctx.save_for_backward: save x and y with "
+                 "ctx.save_for_backward(x, y) (not as ctx attributes), so that mini can check their "
+                 "version and free them after backward")
+        if not all(rec["saved_xy"]):
+            fail("MultiplyAdd's forward must save both x and y with ctx.save_for_backward(x, y): "
+                 "backward needs y for x's gradient and x for y's")
+        if "backward_raised" in rec:
+            err = rec["backward_raised"]
+            fail(f"backward through MultiplyAdd raised "
+                 f"{err.text() if type(err) is ExceptionRecord else describe(err)}")
+        grads = rec["grads"]
+        if type(grads) is not list or len(grads) != 3 or any(g is None for g in grads):
+            fail(f"after {label}, backward must return one gradient per input of forward "
+                 f"(x, y, z), got {describe(grads)}")
+        got = [_read(g, f"{n}'s gradient", shape=shape, dtype=np.float64)
+               for n, g in zip("xyz", grads)]
+        if i == 0:
+            got0 = [float(g) for g in got]
+            if got0 != [3.0, 2.0, 1.0]:
+                hint = ""
+                if got0 == [2.0, 3.0, 1.0]:
+                    hint = ": x's gradient is grad * y and y's is grad * x (the other factor)"
+                fail(f"MultiplyAdd(2, 3, 1): expected gradients (x, y, z) = (3, 2, 1), got "
+                     f"({got0[0]:g}, {got0[1]:g}, {got0[2]:g}){hint}")
+            continue
+        for name, g, exp in (("x", got[0], gs * ys), ("y", got[1], gs * xs), ("z", got[2], gs)):
+            _compare(g, exp, f"MultiplyAdd on shape {shape} with upstream gradient g: {name}.grad",
+                     np.float64, hint="multiply the incoming gradient by each local derivative")
+    version_seen = obs["version"]
+    if type(version_seen) is ExceptionRecord:
+        if version_seen.is_a("RuntimeError") and not version_seen.not_implemented:
+            return
+        if version_seen.not_implemented:
+            raise raised_as_failure(StudentRaised(version_seen), "MultiplyAdd")
         fail(f"backward through MultiplyAdd after an in-place write to a saved input raised "
-             f"{describe_exception(e)} instead of RuntimeError")
+             f"{version_seen.text()} instead of RuntimeError")
     fail("an in-place write to x after MultiplyAdd's forward went unnoticed: read x and y "
          "back with `x, y = ctx.saved_tensors` in backward (that is where mini checks their "
          "version counters), not from ctx attributes")
@@ -1282,9 +1074,8 @@ def check_mul_jvp(fn):
 # =========================================================================== gradcheck
 
 def _test_functions():
-    """(description, f, analytic Jacobian (n, m)) of smooth vector functions."""
-    def f1(x):
-        return np.array([np.sum(np.sin(x) * x), np.prod(x[:2]) + np.exp(0.5 * x[-1])])
+    """(description, name of the scenario's function, f, analytic Jacobian (n, m))."""
+    from grader.worker.scenarios.ch02 import TEST_FUNCTIONS as F
 
     def j1(x):
         n = x.size
@@ -1296,100 +1087,87 @@ def _test_functions():
         J[-1, 1] += 0.5 * np.exp(0.5 * x[-1])
         return J
 
-    def f2(x):
-        return np.exp(2.0 * x) + x ** 3
-
     def j2(x):
         return np.diag(2.0 * np.exp(2.0 * x) + 3 * x ** 2)
-
-    def f3(x):
-        return np.array([np.sum(x ** 2) ** 1.5])
 
     def j3(x):
         return (3.0 * np.sqrt(np.sum(x ** 2)) * x).reshape(-1, 1)
 
-    return [("f(x) = [sum(sin(x)·x), x0·x1 + exp(x[-1]/2)]", f1, j1),
-            ("f(x) = exp(2x) + x³ (elementwise)", f2, j2),
-            ("f(x) = [|x|³]", f3, j3)]
+    return [("f(x) = [sum(sin(x)·x), x0·x1 + exp(x[-1]/2)]", "sum_sin", F["sum_sin"], j1),
+            ("f(x) = exp(2x) + x³ (elementwise)", "exp_cube", F["exp_cube"], j2),
+            ("f(x) = [|x|³]", "norm_cubed", F["norm_cubed"], j3)]
 
 
 @check("02.central_difference", points=POINTS["02.central_difference"])
 def check_central_difference(fn):
     gen = rng()
-    for desc, f, jac in _test_functions():
+    cases, meta = [], []
+    for desc, name, f, jac in _test_functions():
         for n in (1, 3, 5):
-            if desc.startswith("f(x) = [sum") and n == 1:
+            if name == "sum_sin" and n == 1:
                 continue
             x = gen.uniform(0.3, 1.2, size=n)
-            seen = {"dtype": None, "shape": None, "type": None}
-
-            def f_watch(v, f=f, seen=seen, n=n):
-                # record what the student passed; fail after the call (never inside their code)
-                if type(v) is not np.ndarray:
-                    seen["type"] = seen["type"] or describe(v)
-                    v = np.asarray(v, dtype=np.float64)
-                if v.dtype != np.float64:
-                    seen["dtype"] = seen["dtype"] or v.dtype
-                if v.shape != (n,):
-                    seen["shape"] = seen["shape"] or v.shape
-                return f(np.asarray(v, dtype=np.float64).reshape(-1)[:n])
-
             for eps in (1e-3, 1e-6):
-                what = f"central_difference(f, x, eps={eps:g}) for {desc} at x of shape ({n},)"
-                got = _call(fn, f_watch, x, eps, label=what)
-                if seen["type"] is not None:
-                    fail(f"{what}: f was called with {seen['type']}; pass a 1-D float64 numpy "
-                         f"array of shape ({n},)")
-                if seen["dtype"] is not None:
-                    fail(f"{what}: f received a {seen['dtype']} array: gradcheck in float32 "
-                         f"(or any low precision) is swamped by rounding (about 1e-7·|f|/eps); "
-                         f"keep x ± eps in float64")
-                if seen["shape"] is not None:
-                    fail(f"{what}: f received an array of shape {seen['shape']}; pass x ± eps·e_j "
-                         f"with x's shape ({n},)")
-                m = f(x).size
-                if type(got) is not np.ndarray:
-                    fail(f"{what} should return a numpy array of shape ({n}, {m}), got {describe(got)}")
-                if got.shape != (n, m):
-                    hint = ""
-                    if got.shape == (m, n):
-                        hint = ": row j holds the derivatives with respect to x[j] (shape (n, m)), not the transpose"
-                    fail(f"{what} has shape {got.shape}, expected ({n}, {m}){hint}")
-                if got.dtype != np.float64:
-                    fail(f"{what} has dtype {got.dtype}, expected float64: gradcheck in float32 "
-                         f"cannot resolve the differences")
-                got = np.array(got, copy=True)
-                central = np.zeros((n, m))
-                forward = np.zeros((n, m))
-                backward = np.zeros((n, m))
-                fx = f(x)
-                for j in range(n):
-                    e = np.zeros(n)
-                    e[j] = eps
-                    central[j] = (f(x + e) - f(x - e)) / (2 * eps)
-                    forward[j] = (f(x + e) - fx) / eps
-                    backward[j] = (fx - f(x - e)) / eps
-                if eps == 1e-3:
-                    if np.allclose(got, central, rtol=1e-7, atol=1e-9):
-                        continue
-                    for cand, why in ((forward, "your numbers match a one-sided difference "
-                                                "(f(x + eps) - f(x)) / eps, whose error shrinks "
-                                                "only like eps; use the central difference "
-                                                "(f(x + eps) - f(x - eps)) / (2·eps)"),
-                                      (backward, "your numbers match a one-sided difference "
-                                                 "(f(x) - f(x - eps)) / eps; use the central "
-                                                 "difference (f(x + eps) - f(x - eps)) / (2·eps)"),
-                                      (central * 2, "divide by 2·eps: the two points are 2·eps apart"),
-                                      (central.T.reshape(n, m) if n == m else None,
-                                       "row j must hold the derivatives with respect to x[j]")):
-                        if cand is not None and np.allclose(got, cand, rtol=1e-6, atol=1e-9):
-                            fail(f"{what}: {why}")
-                    _compare(got, central, what, np.float64,
-                             hint="row j is (f(x + eps·e_j) - f(x - eps·e_j)) / (2·eps)")
-                else:
-                    if not np.allclose(got, jac(x), rtol=1e-5, atol=1e-6):
-                        _compare(got, jac(x), f"{what} (compared with the exact Jacobian)",
-                                 np.float64, hint="row j is (f(x + eps·e_j) - f(x - eps·e_j)) / (2·eps)")
+                cases.append([name, x, eps])
+                meta.append((desc, f, jac, n, x, eps))
+    obs = _scenario(fn, "central_difference", "central_difference(f, x, eps)", cases=cases)
+    for rec, (desc, f, jac, n, x, eps) in zip(obs, meta):
+        what = f"central_difference(f, x, eps={eps:g}) for {desc} at x of shape ({n},)"
+        if "raised" in rec:
+            err = rec["raised"]
+            fail(f"{what} raised {err.text() if type(err) is ExceptionRecord else describe(err)}")
+        seen, got = rec["seen"], rec["got"]
+        if seen["type"] is not None:
+            fail(f"{what}: f was called with {seen['type']}; pass a 1-D float64 numpy "
+                 f"array of shape ({n},)")
+        if seen["dtype"] is not None:
+            fail(f"{what}: f received a {seen['dtype']} array: gradcheck in float32 "
+                 f"(or any low precision) is swamped by rounding (about 1e-7·|f|/eps); "
+                 f"keep x ± eps in float64")
+        if seen["shape"] is not None:
+            fail(f"{what}: f received an array of shape {tuple(seen['shape'])}; pass x ± eps·e_j "
+                 f"with x's shape ({n},)")
+        m = f(x).size
+        if type(got) is not np.ndarray:
+            fail(f"{what} should return a numpy array of shape ({n}, {m}), got {describe(got)}")
+        if got.shape != (n, m):
+            hint = ""
+            if got.shape == (m, n):
+                hint = ": row j holds the derivatives with respect to x[j] (shape (n, m)), not the transpose"
+            fail(f"{what} has shape {got.shape}, expected ({n}, {m}){hint}")
+        if got.dtype != np.float64:
+            fail(f"{what} has dtype {got.dtype}, expected float64: gradcheck in float32 "
+                 f"cannot resolve the differences")
+        central = np.zeros((n, m))
+        forward = np.zeros((n, m))
+        backward = np.zeros((n, m))
+        fx = f(x)
+        for j in range(n):
+            e = np.zeros(n)
+            e[j] = eps
+            central[j] = (f(x + e) - f(x - e)) / (2 * eps)
+            forward[j] = (f(x + e) - fx) / eps
+            backward[j] = (fx - f(x - e)) / eps
+        if eps == 1e-3:
+            if np.allclose(got, central, rtol=1e-7, atol=1e-9):
+                continue
+            for cand, why in ((forward, "your numbers match a one-sided difference "
+                                        "(f(x + eps) - f(x)) / eps, whose error shrinks "
+                                        "only like eps; use the central difference "
+                                        "(f(x + eps) - f(x - eps)) / (2·eps)"),
+                              (backward, "your numbers match a one-sided difference "
+                                         "(f(x) - f(x - eps)) / eps; use the central "
+                                         "difference (f(x + eps) - f(x - eps)) / (2·eps)"),
+                              (central * 2, "divide by 2·eps: the two points are 2·eps apart"),
+                              (central.T.reshape(n, m) if n == m else None,
+                               "row j must hold the derivatives with respect to x[j]")):
+                if cand is not None and np.allclose(got, cand, rtol=1e-6, atol=1e-9):
+                    fail(f"{what}: {why}")
+            _compare(got, central, what, np.float64,
+                     hint="row j is (f(x + eps·e_j) - f(x - eps·e_j)) / (2·eps)")
+        elif not np.allclose(got, jac(x), rtol=1e-5, atol=1e-6):
+            _compare(got, jac(x), f"{what} (compared with the exact Jacobian)",
+                     np.float64, hint="row j is (f(x + eps·e_j) - f(x - eps·e_j)) / (2·eps)")
 
 
 # =========================================================================== self-check questions

@@ -1,5 +1,10 @@
 """Hidden checks of chapter 03 (strides): one check per exercise slot, plus the two quizzes.
 
+Each check receives a handle on the student's function (:class:`grader.checks.student.
+Student`): arguments go out and results come back as plain data (tuples, ints, slices,
+numpy arrays), so every comparison below is on values this process decoded itself.
+``03.slice_view`` and ``03.reshape`` give partial credit by named parts.
+
 numpy is the oracle.  Every metadata question (strides, offset, shape of a view) is asked
 of a real numpy view over ``base = np.arange(n)`` (int64): a view's strides in elements are
 ``view.strides // 8`` and its offset is the distance of its data pointer from ``base``'s.
@@ -15,9 +20,10 @@ import math
 
 import numpy as np
 
-from grader.checks import check
+from grader.checks import check, part
 from grader.checks.helpers import (CheckFailed, call, call_text, describe, expect_array,
-                                   expect_choice, expect_int, expect_raises, expect_tuple_of_ints, fail, rng)
+                                   expect_choice, expect_int, expect_raises, expect_tuple_of_ints,
+                                   fail, raised_as_failure, rng)
 
 # Points, the one source: `mini-course build` prices the notebook's test cells and its
 # "What you build" table from this dict (100 in all for the chapter).
@@ -370,46 +376,68 @@ def _random_key(gen, shape):
     return tuple(items)
 
 
+def _slice_kind(key) -> str:
+    """Which part of 03.slice_view a key exercises."""
+    items = key if isinstance(key, tuple) else (key,)
+    steps = [k.step for k in items if isinstance(k, slice) and k.step is not None]
+    if any(st < 0 for st in steps):
+        return "negative steps"
+    if any(st != 1 for st in steps):
+        return "steps"
+    if any(k is None or k is Ellipsis for k in items):
+        return "None and ..."
+    return "ints and slices"
+
+
+# Points of 03.slice_view's parts (22 in all).
+SLICE_PARTS = {"ints and slices": 6, "steps": 4, "negative steps": 4, "None and ...": 4,
+               "bad keys": 4}
+
+
 @check("03.slice_view", points=POINTS["03.slice_view"])
 def check_slice_view(fn):
     gen = rng()
     # The seed fact: a 3x4 array A, A[0:2, 1:3] -> shape (2, 2), strides (4, 1), offset 1.
     base = np.arange(12, dtype=np.int64)
     A = base.reshape(3, 4)
-    fixed = [
-        (A, (slice(0, 2), slice(1, 3))),
-        (A, 1), (A, -1), (A, (2, -1)), (A, (-3, 0)),           # ints, negative ints
-        (A, slice(None, None, 2)), (A, (slice(None), slice(1, None, 2))),   # steps
-        (A, (slice(None, None, -1),)), (A, (slice(None), slice(3, 0, -2))),  # negative steps
-        (A, (slice(0, 3, 2), slice(0, 4, 3))),                 # stop - start != length
-        (A, None), (A, (slice(None), None)), (A, (None, 1, None)),           # new axes
-        (A, Ellipsis), (A, (Ellipsis, 2)), (A, (1, Ellipsis)), (A, (None, Ellipsis, None)),
-        (A, slice(5, 10)), (A, (slice(2, 1), slice(None))),    # empty results
-        (A, slice(-100, 100)),                                 # bounds beyond the axis
-        (A[1:, ::2], (slice(None), 1)),                        # a view with an offset
-        (A[::-1, 1:], (-1, slice(None, None, -1))),            # a reversed view
-        (base[5:6].reshape(()), ()),                           # a 0-d array, empty key
-        (base[3:4].reshape(()), None),
+    cases = [
+        (base, A, (slice(0, 2), slice(1, 3))),
+        (base, A, 1), (base, A, -1), (base, A, (2, -1)), (base, A, (-3, 0)),   # ints, negative ints
+        (base, A, slice(None, None, 2)), (base, A, (slice(None), slice(1, None, 2))),   # steps
+        (base, A, (slice(None, None, -1),)), (base, A, (slice(None), slice(3, 0, -2))),  # negative steps
+        (base, A, (slice(0, 3, 2), slice(0, 4, 3))),                 # stop - start != length
+        (base, A, None), (base, A, (slice(None), None)), (base, A, (None, 1, None)),     # new axes
+        (base, A, Ellipsis), (base, A, (Ellipsis, 2)), (base, A, (1, Ellipsis)),
+        (base, A, (None, Ellipsis, None)),
+        (base, A, slice(5, 10)), (base, A, (slice(2, 1), slice(None))),    # empty results
+        (base, A, slice(-100, 100)),                                 # bounds beyond the axis
+        (base, A[1:, ::2], (slice(None), 1)),                        # a view with an offset
+        (base, A[::-1, 1:], (-1, slice(None, None, -1))),            # a reversed view
+        (base, base[5:6].reshape(()), ()),                           # a 0-d array, empty key
+        (base, base[3:4].reshape(()), None),
     ]
-    for v, key in fixed:
-        _check_one_slice(fn, base, v, key)
     for _ in range(TRIALS * 2):
         b, v = _random_view(gen, rank=(0, 4), zero=gen.random() < 0.1)
-        _check_one_slice(fn, b, v, _random_key(gen, v.shape))
+        cases.append((b, v, _random_key(gen, v.shape)))
+    for kind in ("ints and slices", "steps", "negative steps", "None and ..."):
+        with part(kind, SLICE_PARTS[kind]):
+            for b, v, key in cases:
+                if _slice_kind(key) == kind:
+                    _check_one_slice(fn, b, v, key)
 
-    # Bad keys.
-    shape, strides, offset = (3, 4), (4, 1), 0
-    for key, hint in [
-        ((3,), "an int index must be in range: -dim <= i < dim, so 3 is out of range for an "
-               "axis of length 3 and must raise IndexError (not wrap around or clamp)"),
-        ((-4,), "a negative int index below -dim is out of range and must raise IndexError"),
-        ((0, 4), "index 4 is out of range for an axis of length 4: raise IndexError"),
-        ((0, 0, 0), "too many indices (3 for a 2-d array) must raise IndexError"),
-        ((Ellipsis, 0, Ellipsis), "more than one ellipsis must raise IndexError"),
-    ]:
-        expect_raises(IndexError, fn, shape, strides, offset, key, name="slice_view", hint=hint)
-    expect_raises(ValueError, fn, shape, strides, offset, (slice(None, None, 0),),
-                  name="slice_view", hint="a slice step of 0 must raise ValueError")
+    with part("bad keys", SLICE_PARTS["bad keys"]):
+        shape, strides, offset = (3, 4), (4, 1), 0
+        for key, hint in [
+            ((3,), "an int index must be in range: -dim <= i < dim, so 3 is out of range for an "
+                   "axis of length 3 and must raise IndexError (not wrap around or clamp)"),
+            ((-4,), "a negative int index below -dim is out of range and must raise IndexError"),
+            ((0, 4), "index 4 is out of range for an axis of length 4: raise IndexError"),
+            ((0, 0, 0), "too many indices (3 for a 2-d array) must raise IndexError"),
+            ((Ellipsis, 0, Ellipsis), "more than one ellipsis must raise IndexError"),
+        ]:
+            expect_raises(IndexError, fn, shape, strides, offset, key, name="slice_view", hint=hint)
+        expect_raises(ValueError, fn, shape, strides, offset, (slice(None, None, 0),),
+                      name="slice_view", hint="a slice step of 0 must raise ValueError")
 
 
 # =========================================================================== 03.permute
@@ -600,6 +628,21 @@ def _reshape_case(fn, base, v, new_shape):
              f"one correct answer is {es}{hint}")
 
 
+# Points of 03.reshape's parts (22 in all).
+RESHAPE_PARTS = {"contiguous arrays": 8, "views of non-contiguous arrays": 8,
+                 "None when a copy is needed": 6}
+
+
+def _reshape_kind(v, new_shape) -> str:
+    if v.size == 0 or v.flags.c_contiguous:
+        return "contiguous arrays"
+    try:
+        v.reshape(new_shape, copy=False)
+    except ValueError:
+        return "None when a copy is needed"
+    return "views of non-contiguous arrays"
+
+
 @check("03.reshape", points=POINTS["03.reshape"])
 def check_reshape(fn):
     gen = rng()
@@ -627,12 +670,16 @@ def check_reshape(fn):
         (b[7:8].reshape(()), (1, 1)), (b[7:8].reshape(1, 1), ()),  # one element
         (b[:0].reshape(0, 3), (3, 0)), (b[:0].reshape(3, 0), (0,)),  # empty
     ]
-    for v, new_shape in fixed:
-        _reshape_case(fn, b, v, new_shape)
+    cases = [(b, v, new_shape) for v, new_shape in fixed]
     for _ in range(TRIALS * 2):
         base, v = _random_view(gen, rank=(0, 4), side=(1, 5), broadcast=True,
                                zero=gen.random() < 0.05)
-        _reshape_case(fn, base, v, _factor_shape(gen, v.size))
+        cases.append((base, v, _factor_shape(gen, v.size)))
+    for kind, points in RESHAPE_PARTS.items():
+        with part(kind, points):
+            for base, v, new_shape in cases:
+                if _reshape_kind(v, new_shape) == kind:
+                    _reshape_case(fn, base, v, new_shape)
 
 
 # =========================================================================== 03.compact
@@ -640,14 +687,12 @@ def check_reshape(fn):
 def _compact_case(fn, buffer, v_np, shape, strides, offset):
     what = call_text("compact", buffer, shape, strides, offset)
     n = math.prod(shape)
-    try:
-        got = fn(buffer, shape, strides, offset)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        from grader.checks.helpers import describe_exception
-        fail(f"{what} raised {describe_exception(e)}")
-    if type(got) is np.ndarray and n > 0 and np.may_share_memory(got, buffer):
+    out = fn.run(buffer, shape, strides, offset)
+    if out.raised is not None:
+        from grader.checks.student import StudentRaised
+        raise raised_as_failure(StudentRaised(out.raised), what)
+    got = out.result()
+    if type(got) is np.ndarray and n > 0 and 0 in out.shares:
         fail(f"{what} returned an array that shares memory with the buffer; compact must "
              f"copy the elements into a NEW buffer (a view would change when the original "
              f"is written to)")

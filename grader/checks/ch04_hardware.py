@@ -7,10 +7,16 @@ sliding-window oracle, and for col2im the exact adjoint of im2col built by ``np.
 over the padded-pixel index of every im2col entry.
 
 The kernels are C++ that the student's Python function compiles with ``load_inline``
-(cached by source hash, so this subprocess reuses the notebook's build).  Sizes include
-non-multiples of any tile and arrays large enough that OpenMP starts its threads; the
+(cached by source hash, in a build cache the submission's kernel and worker share).  Sizes
+include non-multiples of any tile and arrays large enough that OpenMP starts its threads; the
 reduction is run with more threads than cores and compared with the exact integer sum, so
-a data race shows up as a wrong total on every run.
+a data race shows up as a wrong total on every run (the scenario ``omp_sum_race`` of
+:mod:`grader.worker.scenarios.ch04` draws the array next to the student's code from a seed
+this check chooses, and runs it under several OpenMP team sizes).
+
+Each check receives a handle on the student's function (:class:`grader.checks.student.
+Student`): arrays travel with their layout (a transposed or unaligned view arrives as one),
+and results come back as plain numpy arrays, with which inputs they share memory.
 """
 from __future__ import annotations
 
@@ -20,9 +26,11 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from grader.checks import check
-from grader.checks.helpers import (CheckFailed, call, call_text, describe, describe_exception,
-                                   expect_array, expect_float, expect_int, expect_raises,
-                                   expect_tuple_of_ints, fail, rng)
+from grader.checks.helpers import (call, call_text, describe, expect_array, expect_float,
+                                   expect_int, expect_raises, expect_tuple_of_ints, fail,
+                                   raised_as_failure, rng)
+
+CANARY = "mini-grader-canary: hidden checks of chapter 04 (never in feedback)"
 
 # Points, the one source: `mini-course build` prices the notebook's test cells and its
 # "What you build" table from this dict (100 in all for the chapter).
@@ -47,16 +55,17 @@ BIG = (1 << 20) + 13   # large enough for every `if (n > ...)` OpenMP threshold,
 # =========================================================================== helpers
 
 def _call_raw(fn, *args, name):
-    """Like helpers.call, but hands the arrays over as they are (helpers.call passes fresh
-    copies, and ``.copy()`` of a view is compact: the layout under test would be lost).
-    Callers build fresh inputs for every call."""
-    label = call_text(name, *args)
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        raise CheckFailed(f"{label} raised {describe_exception(e)}") from None
+    """helpers.call; the arrays keep their layout on the way (a view arrives as a view)."""
+    return call(fn, *args, name=name)
+
+
+def _call_observed(fn, *args, name):
+    """Call ``fn`` and return (result, the arguments as they are after the call)."""
+    from grader.checks.student import StudentRaised
+    out = fn.run(*args, _observe=True)
+    if out.raised is not None:
+        raise raised_as_failure(StudentRaised(out.raised), call_text(name, *args)) from None
+    return out.result(), out.args_after
 
 
 def _f32(gen, shape, lo=-1.0, hi=1.0):
@@ -80,9 +89,9 @@ def _binary_elementwise(fn, name, oracle, gen, hint_extra=""):
     sizes = [(1,), (7,), (1000,), (33, 65), (BIG,), (4, 257, 3)]
     for shape in sizes:
         a, b = _f32(gen, shape), _f32(gen, shape)
-        a0, b0 = a.copy(), b.copy()
         what = f"{name}(a, b) with float32 a, b of shape {shape}"
-        got = expect_array(call(fn, a, b, name=name), what, shape=shape, dtype=np.float32)
+        got, after = _call_observed(fn, a, b, name=name)
+        got = expect_array(got, what, shape=shape, dtype=np.float32)
         want = oracle(a, b)
         if not np.array_equal(got, want):
             bad = np.argwhere(got != want)
@@ -91,7 +100,7 @@ def _binary_elementwise(fn, name, oracle, gen, hint_extra=""):
                  f"{float(want[i]):.6g}, got {float(got[i]):.6g}"
                  + (" (only in the big array: is the OpenMP loop's range or index wrong?)"
                     if want.size >= BIG else "") + hint_extra)
-        if not (np.array_equal(a, a0) and np.array_equal(b, b0)):
+        if not all(type(x) is np.ndarray and np.array_equal(x, y) for x, y in zip(after, (a, b))):
             fail(f"{what}: your function changed its inputs; write the result to a new array")
     for label, a, b in _noncompact_cases(gen):
         what = f"{name}(a, b) with {label}, shape {a.shape}"
@@ -124,50 +133,40 @@ def check_fused_add_relu(fn):
                                    "clamp the sum at 0 (not max(a, 0) + max(b, 0))")
 
 
-def _set_threads(n):
-    try:
-        from mini.utils import cpp_extension
-        before = cpp_extension.get_max_threads()
-        cpp_extension.set_num_threads(n)
-        return before
-    except Exception:  # no compiler / no OpenMP: nothing to raise
-        return None
-
-
 @check("04.omp_sum", points=POINTS["04.omp_sum"])
 def check_omp_sum(fn):
     gen = rng()
     # the race test: many threads, a big array of integers, an exact answer, several times
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    before = _set_threads(max(8, 2 * cores))
-    try:
-        n = (1 << 22) + int(gen.integers(0, 1000))
-        x = gen.integers(0, 1024, n).astype(np.float64)      # sum < 2^53: exact in float64
-        want = float(int(x.astype(np.int64).sum()))
-        # A race loses updates only when threads overlap in time, which depends on the
-        # scheduler: run it many times, with several team sizes, and fail on any wrong total.
-        for trial in range(40):
-            if trial % 10 == 0:
-                _set_threads([max(8, 2 * cores), 3, 16, 2 * cores + 1][trial // 10])
-            got = expect_float(_call_raw(fn, x, name="omp_sum"), f"omp_sum(x) for {n} integers")
-            if got != want:
-                again = [expect_float(_call_raw(fn, x, name="omp_sum"), "omp_sum(x)")
-                         for _ in range(3)]
-                if all(v == got for v in again):
-                    fail(f"omp_sum(x) for {n} integer values (exact sum {want:.0f}): got {got:.0f} "
-                         f"on 4 runs. Either the loop's range or index is off (every element "
-                         f"0 <= i < x.size() exactly once), or several threads add to one shared "
-                         f"total, a data race (it can lose the same updates on every run): give "
-                         f"the loop a reduction clause, `reduction(+ : total)`")
-                fail(f"omp_sum(x) for {n} integer values (exact sum {want:.0f}): got {got:.0f}, "
-                     f"off by {want - got:.0f} (on run {trial + 1} of 40). A total that changes "
-                     f"from run to run or comes out short is a data race: the threads add to one "
-                     f"shared variable at once and overwrite each other's updates. Give the loop "
-                     f"a reduction clause, `#pragma omp parallel for reduction(+ : total)`, so "
-                     f"each thread sums privately and OpenMP combines the partial sums")
-    finally:
-        if before is not None:
-            _set_threads(before)
+    n = (1 << 22) + int(gen.integers(0, 1000))
+    seed = int(gen.integers(0, 2**31))
+    teams = [max(8, 2 * cores), 3, 16, 2 * cores + 1]
+    # A race loses updates only when threads overlap in time, which depends on the
+    # scheduler: run it many times, with several team sizes, and fail on any wrong total.
+    runs = fn.scenario("omp_sum_race", n=n, seed=seed, teams=teams, per_team=10)
+    want = float(int(np.random.default_rng(seed).integers(0, 1024, n).sum()))  # < 2^53: exact
+    if type(runs) is not list or len(runs) != 40:
+        fail(f"omp_sum(x) for {n} integers: the grader's scenario did not complete "
+             f"(got {describe(runs)})")
+    for trial, got in enumerate(runs):
+        if type(got) is not float:
+            if type(got).__name__ == "ExceptionRecord":
+                fail(f"omp_sum(x) for {n} integers raised {got.text()}")
+            got = expect_float(got, f"omp_sum(x) for {n} integers")
+        if got != want:
+            later = [v for v in runs[trial + 1:trial + 4] if type(v) is float]
+            if len(later) == 3 and all(v == got for v in later):
+                fail(f"omp_sum(x) for {n} integer values (exact sum {want:.0f}): got {got:.0f} "
+                     f"on 4 runs. Either the loop's range or index is off (every element "
+                     f"0 <= i < x.size() exactly once), or several threads add to one shared "
+                     f"total, a data race (it can lose the same updates on every run): give "
+                     f"the loop a reduction clause, `reduction(+ : total)`")
+            fail(f"omp_sum(x) for {n} integer values (exact sum {want:.0f}): got {got:.0f}, "
+                 f"off by {want - got:.0f} (on run {trial + 1} of 40). A total that changes "
+                 f"from run to run or comes out short is a data race: the threads add to one "
+                 f"shared variable at once and overwrite each other's updates. Give the loop "
+                 f"a reduction clause, `#pragma omp parallel for reduction(+ : total)`, so "
+                 f"each thread sums privately and OpenMP combines the partial sums")
     # small cases: empty, one element, odd sizes, non-compact views
     cases = [np.zeros(0), np.array([2.5]), gen.integers(0, 100, 1001).astype(np.float64),
              gen.standard_normal((30, 17)).T, gen.standard_normal(5000)[::3]]
@@ -336,12 +335,11 @@ def check_im2col_view(fn):
         n, c, h, w, ho, wo = _geometry(x_shape, k, s, p)
         shape = (n, ho, wo, c, k[0], k[1])
         what = f"im2col_view(xp, kernel_size={k}, stride={s}) for xp of shape {xp.shape}"
-        try:
-            got = fn(xp, k, s)
-        except NotImplementedError:
-            raise
-        except Exception as e:
-            fail(f"{what} raised {describe_exception(e)}")
+        out = fn.run(xp, k, s)
+        if out.raised is not None:
+            from grader.checks.student import StudentRaised
+            raise raised_as_failure(StudentRaised(out.raised), what)
+        got = out.result()
         if type(got) is not np.ndarray:
             fail(f"{what} should return a numpy array (a view), got {describe(got)}")
         if got.shape != shape:
@@ -349,7 +347,7 @@ def check_im2col_view(fn):
             fail(f"{what}: expected shape {shape}, got {got.shape}; Ho = (Hp - kh) // sh + 1 = "
                  f"({hp} - {k[0]}) // {s[0]} + 1 = {shape[1]} and Wo = ({wp} - {k[1]}) // {s[1]} "
                  f"+ 1 = {shape[2]}: an off-by-one in the output size with stride?")
-        if not np.shares_memory(got, xp):
+        if 0 not in out.shares:
             fail(f"{what}: the result does not share memory with xp: it is a copy. Build it "
                  f"with np.lib.stride_tricks.as_strided and xp's own strides (a view costs "
                  f"no memory; the copy comes later, in im2col)")

@@ -1,25 +1,29 @@
 """Hidden checks of chapter 05 (training): one check per exercise slot, plus two quizzes.
 
-The oracles are numpy formulas written here (float64), never mini's dispatching functions
-for the slot under test.  Inputs are built by the check (mini tensors from fresh random
-numpy arrays); what the student's function returns is converted with :func:`_tensor_np`,
-which accepts only an exact ``mini.Tensor`` and reads its buffer with mini's own code.
+The oracles are numpy formulas written here (float64).  Each check receives a handle on the
+student's function (:class:`grader.checks.student.Student`): it sends tensors as
+:class:`~grader.worker.codec.TensorSpec` and gets back :class:`~grader.worker.codec.
+TensorRecord` s (values, dtype, requires_grad, grad) -- plain data -- together with the
+inputs after the call (in-place updates), which input the result *is*, and the gradients
+after a backward the check asks for.
 
-The checkpoint checks run a small, complete training job (Linear + BatchNorm + Dropout,
-AdamW, warmup-cosine schedule, a shuffled DataLoader) with mini's reference components:
-in the grading subprocess no student code is registered, so those are the instructor's.
+Parameter discovery and the checkpoint exercises run as scenarios
+(:mod:`grader.worker.scenarios.ch05`): small models, and a complete little training job
+saved, restored and resumed next to the student's code; the expected observations come from
+the same scenario run with mini's reference in the trusted process.
 """
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 
 import numpy as np
 
 from grader.checks import check
-from grader.checks.helpers import (call, call_text, describe, describe_exception, expect_choice,
-                                   expect_float, expect_int, fail, rng)
+from grader.checks.helpers import (call, call_text, describe, expect_choice, expect_float,
+                                   expect_int, fail, raised_as_failure, rng)
+from grader.worker.codec import ExceptionRecord, TensorRecord, TensorSpec
+
+CANARY = "mini-grader-canary: hidden checks of chapter 05 (never in feedback)"
 
 # Points, the one source: `mini-course build` prices the notebook's test cells and its
 # "What you build" table from this dict (100 in all for the chapter).
@@ -54,28 +58,38 @@ def import_slot_owners() -> None:
         importlib.import_module(name)
 
 
-def _mini():
-    import mini
-    return mini
-
-
-def _t(a: np.ndarray, requires_grad: bool = False):
-    mini = _mini()
-    return mini.tensor(np.array(a, copy=True), requires_grad=requires_grad)
+def _t(a, requires_grad: bool = False) -> TensorSpec:
+    """A float64 (or the array's dtype) tensor for the student's function."""
+    return TensorSpec(np.array(a, copy=True), requires_grad=requires_grad)
 
 
 def _tensor_np(value, what: str, shape=None) -> np.ndarray:
-    """A numpy copy of an exact ``mini.Tensor`` (no subclass, no other type)."""
-    mini = _mini()
-    if type(value) is not mini.Tensor:
+    """The values of a mini Tensor the student returned (a record), as a numpy array."""
+    if type(value) is not TensorRecord:
         if type(value) is np.ndarray:
             fail(f"{what} should be a mini Tensor, got a numpy array: build the result from "
                  f"tensor operations")
         fail(f"{what} should be a mini Tensor, got {describe(value)}")
-    a = value._data.numpy()
+    a = value.data
     if shape is not None and a.shape != tuple(shape):
         fail(f"{what} should have shape {tuple(shape)}, got shape {a.shape}")
     return a
+
+
+def _run(fn, *args, what: str, **kwargs):
+    """``fn.run(...)``; an exception becomes a failure naming ``what``."""
+    out = fn.run(*args, **kwargs)
+    if out.raised is not None:
+        from grader.checks.student import StudentRaised
+        raise raised_as_failure(StudentRaised(out.raised), what)
+    out.result()
+    return out
+
+
+def _grad(record, what: str) -> np.ndarray | None:
+    if type(record) is not TensorRecord:
+        fail(f"{what}: not a tensor after the call")
+    return record.grad
 
 
 def _close(got: np.ndarray, want: np.ndarray, what: str, hint: str = "", rtol=1e-7, atol=1e-9):
@@ -98,104 +112,69 @@ def _near(got: np.ndarray, cand: np.ndarray) -> bool:
 
 # =========================================================================== 05.parameters
 
-def _walk(mod, pre, out, seen_p, seen_m):
-    if id(mod) in seen_m:
-        return
-    seen_m.add(id(mod))
-    for name, p in mod._parameters.items():
-        if p is not None and id(p) not in seen_p:
-            seen_p.add(id(p))
-            out.append((pre + ("." if pre else "") + name, p))
-    for name, child in mod._modules.items():
-        if child is not None:
-            _walk(child, pre + ("." if pre else "") + name, out, seen_p, seen_m)
-
-
-def _models():
-    mini = _mini()
-    from mini import nn
-    from mini.nn.modules.normalization import BatchNorm1d
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.fc = nn.Linear(d, d, bias=False)
-            self.norm = BatchNorm1d(d)
-            self.gain = nn.Parameter(mini.ones(1))
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.scale = nn.Parameter(mini.ones(2))
-            self.blocks = nn.Sequential(Block(3), nn.ReLU(), Block(3))
-            self.head = nn.Linear(3, 2)
-            self.same_head = self.head             # one module reached twice
-            self.tied = nn.Linear(3, 2)
-            self.tied.weight = self.head.weight    # one parameter shared by two layers
-            self.empty = nn.Sequential()
-
-    return [nn.Linear(4, 3), Net(), nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Linear(2, 1))]
-
-
 @check("05.parameters", points=POINTS["05.parameters"])
 def check_parameters(fn):
-    for model in _models():
-        for prefix in ("", "model"):
-            want = []
-            _walk(model, prefix, want, set(), set())
-            what = call_text("named_parameters", f"<{type(model).__name__}>", prefix)
-            got = call(fn, model, prefix, name="named_parameters")
-            if type(got) not in (list, tuple):
-                fail(f"{what} should return a list of (name, parameter) pairs, got {describe(got)}")
-            pairs = []
-            for i, item in enumerate(got):
-                if type(item) is not tuple or len(item) != 2 or type(item[0]) is not str:
-                    fail(f"{what}[{i}] should be a (str, Parameter) pair, got {describe(item)}")
-                pairs.append(item)
-            names = [n for n, _ in pairs]
-            want_names = [n for n, _ in want]
-            if names == want_names:
-                for (n, p), (_, q) in zip(pairs, want):
-                    if p is not q:
-                        fail(f"{what}: the entry named {n!r} is not that module's parameter object "
-                             f"(return the Parameter itself, not a copy)")
-                continue
-            ids = [id(p) for _, p in pairs]
-            if len(set(ids)) < len(ids):
-                fail(f"{what}: a parameter appears more than once ({len(ids)} entries, "
-                     f"{len(set(ids))} distinct); a shared parameter (or a module reached twice) "
-                     f"must be listed only the first time it is met")
-            if set(names) < set(want_names):
-                missing = [n for n in want_names if n not in names]
-                fail(f"{what}: missing {missing[:4]}; recurse into every child module in "
-                     f"_modules (and its children), not only the module's own parameters")
-            if sorted(names) == sorted(want_names):
-                fail(f"{what}: right names in the wrong order: {names}; expected {want_names} "
-                     f"(own parameters first, then each child in registration order)")
+    prefixes = ["", "model"]
+    got_runs = fn.scenario("named_parameters", prefixes=prefixes)
+    want_runs = fn.expected("named_parameters", prefixes=prefixes)
+    if type(got_runs) is not list or len(got_runs) != len(want_runs):
+        fail(f"named_parameters: the grader's scenario did not complete ({describe(got_runs)})")
+    for got, want in zip(got_runs, want_runs):
+        model = want.get("type", "module")
+        what = call_text("named_parameters", f"<{model}>", want["prefix"])
+        if type(got) is not dict or got.get("kind") not in ("list", "tuple"):
+            value = got.get("value") if type(got) is dict else got
+            fail(f"{what} should return a list of (name, parameter) pairs, got {describe(value)}")
+        pairs = []
+        for i, item in enumerate(got["items"]):
+            if type(item) is not list or item[0] != "pair":
+                fail(f"{what}[{i}] should be a (str, Parameter) pair, got "
+                     f"{describe(item[1] if type(item) is list and len(item) > 1 else item)}")
+            pairs.append((item[1], item[2]))
+        names = [n for n, _ in pairs]
+        want_pairs = [(x[1], x[2]) for x in want["items"]]
+        want_names = [n for n, _ in want_pairs]
+        if names == want_names:
+            for (n, label), (_, wlabel) in zip(pairs, want_pairs):
+                if label != wlabel:
+                    fail(f"{what}: the entry named {n!r} is not that module's parameter object "
+                         f"(return the Parameter itself, not a copy)")
+            continue
+        labels = [label for _, label in pairs]
+        if len(set(labels)) < len(labels):
+            fail(f"{what}: a parameter appears more than once ({len(labels)} entries, "
+                 f"{len(set(labels))} distinct); a shared parameter (or a module reached twice) "
+                 f"must be listed only the first time it is met")
+        if set(names) < set(want_names):
             missing = [n for n in want_names if n not in names]
-            extra = [n for n in names if n not in want_names]
-            fail(f"{what}: expected names {want_names}, got {names}"
-                 + (f"; missing {missing[:4]}" if missing else "")
-                 + (f"; unexpected {extra[:4]} (join names with '.', skip None entries)"
-                    if extra else ""))
+            fail(f"{what}: missing {missing[:4]}; recurse into every child module in "
+                 f"_modules (and its children), not only the module's own parameters")
+        if sorted(names) == sorted(want_names):
+            fail(f"{what}: right names in the wrong order: {names}; expected {want_names} "
+                 f"(own parameters first, then each child in registration order)")
+        missing = [n for n in want_names if n not in names]
+        extra = [n for n in names if n not in want_names]
+        fail(f"{what}: expected names {want_names}, got {names}"
+             + (f"; missing {missing[:4]}" if missing else "")
+             + (f"; unexpected {extra[:4]} (join names with '.', skip None entries)"
+                if extra else ""))
 
 
 # =========================================================================== 05.kaiming_init
 
 @check("05.kaiming_init", points=POINTS["05.kaiming_init"])
 def check_kaiming(fn):
-    mini = _mini()
     cases = [((512, 256), "fan_in", 256), ((64, 32, 3, 3), "fan_in", 288),
              ((48, 96, 3, 3), "fan_out", 432), ((200, 300), "fan_out", 200)]
     for shape, mode, fan in cases:
-        w = mini.empty(*shape)
+        empty = TensorSpec(np.zeros(shape, np.float32))
         what = call_text("kaiming_normal_", f"<empty tensor of shape {shape}>", mode=mode)
-        mini.manual_seed(11)
-        got = call(fn, w, mode=mode, name="kaiming_normal_")
-        if got is not w:
+        out = _run(fn, empty, mode=mode, _seed=11, _observe=True, what=what)
+        if out.is_arg != 0:
             fail(f"{what} should fill the tensor it was given in place and return that same "
-                 f"tensor, got {describe(got)}")
-        a = _tensor_np(w, what, shape).astype(np.float64)
+                 f"tensor, got {describe(out.value)}")
+        filled = out.args_after[0]
+        a = _tensor_np(filled, what, shape).astype(np.float64)
         std, mean = float(a.std()), float(a.mean())
         want = math.sqrt(2.0 / fan)
         if abs(mean) > 5 * want / math.sqrt(a.size) + 1e-12:
@@ -215,13 +194,11 @@ def check_kaiming(fn):
                 hints.append("2/fan is the variance; the standard deviation is its square root")
             fail(f"{what}: standard deviation {std:.4g}, expected sqrt(2/{fan}) = {want:.4g}"
                  + (f"; {'; '.join(hints)}" if hints else ""))
-        mini.manual_seed(11)
-        again = mini.empty(*shape)
-        call(fn, again, mode=mode, name="kaiming_normal_")
-        if not np.array_equal(_tensor_np(again, what), a.astype(np.float32)):
+        again = _run(fn, empty, mode=mode, _seed=11, _observe=True, what=what)
+        if not np.array_equal(_tensor_np(again.args_after[0], what), a.astype(np.float32)):
             fail(f"{what}: two calls after the same mini.manual_seed gave different weights; "
                  f"draw from mini's generator (mini.randn) so runs are reproducible")
-        if w.grad_fn is not None:
+        if filled.grad_fn is not None:
             fail(f"{what}: the fill was recorded in the autograd graph; write under mini.no_grad()")
 
 
@@ -250,19 +227,20 @@ def check_batchnorm_forward(fn):
         w, b = gen.normal(size=c), gen.normal(size=c)
         momentum, eps = float(gen.choice([0.1, 0.3, 0.05])), float(gen.choice([1e-5, 1e-3]))
         for training in (True, False):
-            xt, rmt, rvt = _t(x), _t(rm), _t(rv)
             what = call_text("batchnorm_forward", f"<x {x.shape}>", "<running_mean>",
                              "<running_var>", "<weight>", "<bias>", training=training,
                              momentum=momentum, eps=eps)
-            got = call(fn, xt, rmt, rvt, _t(w), _t(b), training, momentum, eps,
-                       name="batchnorm_forward")
+            out = _run(fn, _t(x), _t(rm), _t(rv), _t(w), _t(b), training, momentum, eps,
+                       _observe=True, what=what)
+            got = out.value
             if type(got) is not tuple or len(got) != 3:
                 fail(f"{what} should return the tuple (y, x_hat, inv_std), got {describe(got)}")
             y = _tensor_np(got[0], f"{what}[0] (y)", (m, c))
             xh = _tensor_np(got[1], f"{what}[1] (x_hat)", (m, c))
             inv = _tensor_np(got[2], f"{what}[2] (inv_std)", (c,))
             ey, exh, einv, erm, erv = _bn_np(x, rm, rv, w, b, training, momentum, eps)
-            new_rm, new_rv = rmt._data.numpy(), rvt._data.numpy()
+            new_rm = _tensor_np(out.args_after[1], f"{what}: running_mean")
+            new_rv = _tensor_np(out.args_after[2], f"{what}: running_var")
             if not training:
                 batch_y = _bn_np(x, rm, rv, w, b, True, momentum, eps)[0]
                 if _near(y, batch_y) and not _near(y, ey):
@@ -343,9 +321,11 @@ def check_layernorm(fn):
         mean, var = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)
         xh = (x - mean) / np.sqrt(var + eps)
         want = xh * w + b
-        xt, wt, bt = _t(x, True), _t(w, True), _t(b, True)
+        g = gen.normal(size=shape)
         what = call_text("layernorm", f"<x {shape}>", norm, "<weight>", "<bias>", eps)
-        out = call(fn, xt, norm, wt, bt, eps, name="layernorm")
+        run = _run(fn, _t(x, True), norm, _t(w, True), _t(b, True), eps, _backward=_t(g),
+                   _observe=True, what=what)
+        out = run.value
         got = _tensor_np(out, what, shape)
         if not _near(got, want):
             first = tuple(range(len(norm)))
@@ -363,21 +343,19 @@ def check_layernorm(fn):
         if not out.requires_grad:
             fail(f"{what}: the result does not require grad; build it from differentiable tensor "
                  f"operations on x, weight and bias (no .numpy(), no mini.no_grad())")
-        g = gen.normal(size=shape)
-        try:
-            out.backward(_t(g))
-        except Exception as e:
-            fail(f"{what}: backward through your result failed: {describe_exception(e)}")
+        if run.backward_raised is not None:
+            fail(f"{what}: backward through your result failed: {run.backward_raised.text()}")
         k = int(np.prod(norm))
         gg = g * w
         egx = (k * gg - gg.sum(axes, keepdims=True) - xh * (gg * xh).sum(axes, keepdims=True)) \
             / (k * np.sqrt(var + eps))
         lead = tuple(range(len(shape) - len(norm)))
-        if xt.grad is None or wt.grad is None or bt.grad is None:
+        gx, gw, gb = (_grad(run.args_after[i], what) for i in (0, 2, 3))
+        if gx is None or gw is None or gb is None:
             fail(f"{what}: after backward, x, weight and bias should all have gradients")
-        _close(xt.grad._data.numpy(), egx, f"{what}: gradient of x")
-        _close(wt.grad._data.numpy(), (g * xh).sum(lead), f"{what}: gradient of weight")
-        _close(bt.grad._data.numpy(), g.sum(lead), f"{what}: gradient of bias")
+        _close(gx, egx, f"{what}: gradient of x")
+        _close(gw, (g * xh).sum(lead), f"{what}: gradient of weight")
+        _close(gb, g.sum(lead), f"{what}: gradient of bias")
     out = call(fn, _t(gen.normal(size=(3, 4))), (4,), None, None, 1e-5, name="layernorm")
     got = _tensor_np(out, "layernorm(x, (4,), None, None, 1e-05)", (3, 4))
     if not np.allclose(got.mean(-1), 0, atol=1e-7):
@@ -389,14 +367,12 @@ def check_layernorm(fn):
 
 @check("05.dropout", points=POINTS["05.dropout"])
 def check_dropout(fn):
-    mini = _mini()
     gen = rng()
     for p in (0.25, 0.5, 0.8):
         n = 100_000
-        x = _t(np.ones(n))
         what = call_text("dropout", f"<ones({n}) float64>", p, training=True)
-        mini.manual_seed(int(gen.integers(1 << 30)))
-        out = call(fn, x, p, training=True, name="dropout")
+        out = _run(fn, _t(np.ones(n)), p, training=True, _seed=int(gen.integers(1 << 30)),
+                   what=what).value
         y = _tensor_np(out, what, (n,))
         zeros = float((y == 0).mean())
         if abs(zeros - p) > 0.01:
@@ -412,12 +388,10 @@ def check_dropout(fn):
         if not np.allclose(kept, 1 / (1 - p), rtol=1e-12):
             fail(f"{what}: kept elements should equal x/(1-p) = {1 / (1 - p):.6g}, got values "
                  f"such as {float(kept[0]):.6g}")
-        xs = _t(gen.normal(size=(4, 5)))
+        xs = gen.normal(size=(4, 5))
         seed = int(gen.integers(1 << 30))
-        mini.manual_seed(seed)
-        a = _tensor_np(call(fn, xs, p, training=True, name="dropout"), what)
-        mini.manual_seed(seed)
-        b = _tensor_np(call(fn, xs, p, training=True, name="dropout"), what)
+        a = _tensor_np(_run(fn, _t(xs), p, training=True, _seed=seed, what=what).value, what)
+        b = _tensor_np(_run(fn, _t(xs), p, training=True, _seed=seed, what=what).value, what)
         if not np.array_equal(a, b):
             fail(f"{what}: the same mini.manual_seed gave two different masks; draw the mask "
                  f"with mini.rand so runs are reproducible (and a checkpoint can restore them)")
@@ -438,17 +412,20 @@ def check_dropout(fn):
     if np.any(got != 0):
         fail(f"{what}: with p=1 every element is dropped: the result is all zeros (and no "
              f"division by zero)")
-    xg = _t(gen.normal(size=(50,)), True)
     what = call_text("dropout", "<x (50,) requires_grad>", 0.4, training=True)
-    out = call(fn, xg, 0.4, training=True, name="dropout")
-    y = _tensor_np(out, what, (50,))
-    if not out.requires_grad:
+    run = _run(fn, _t(gen.normal(size=(50,)), True), 0.4, training=True, _backward="sum",
+               _observe=True, what=what)
+    y = _tensor_np(run.value, what, (50,))
+    if not run.value.requires_grad:
         fail(f"{what}: the result does not require grad; multiply x by the mask with tensor "
              f"operations so that gradients flow")
-    out.sum().backward()
+    if run.backward_raised is not None:
+        fail(f"{what}: backward through your result failed: {run.backward_raised.text()}")
     mask = (y != 0) / 0.6
-    _close(xg.grad._data.numpy(), mask, f"{what}: gradient of x",
-           "the gradient is the mask times 1/(1-p)")
+    gx = _grad(run.args_after[0], what)
+    if gx is None:
+        fail(f"{what}: after backward, x has no gradient")
+    _close(gx, mask, f"{what}: gradient of x", "the gradient is the mask times 1/(1-p)")
 
 
 # =========================================================================== 05.cross_entropy
@@ -467,10 +444,11 @@ def check_cross_entropy(fn):
         want = float((lse - z[np.arange(n), y]).mean())
         p = np.exp(z - lse[:, None])
         onehot = np.eye(c)[y]
-        zt = _t(z, True)
         what = call_text("cross_entropy", f"<logits {z.shape} of size ~{scale:g}>",
                          f"<target {y.shape}>")
-        out = call(fn, zt, _t(y.astype(np.int64)), name="cross_entropy")
+        run = _run(fn, _t(z, True), _t(y.astype(np.int64)), _backward="default", _observe=True,
+                   what=what)
+        out = run.value
         got = float(_tensor_np(out, what, ()))
         if not math.isfinite(got):
             fail(f"{what} returned {got}: exp overflowed (exp(1000) is inf in float64); subtract "
@@ -485,10 +463,12 @@ def check_cross_entropy(fn):
         if not out.requires_grad:
             fail(f"{what}: the loss does not require grad; compute it with differentiable "
                  f"tensor operations on the logits")
-        out.backward()
-        if zt.grad is None:
+        if run.backward_raised is not None:
+            fail(f"{what}: backward through your loss failed: {run.backward_raised.text()}")
+        gz = _grad(run.args_after[0], what)
+        if gz is None:
             fail(f"{what}: after backward the logits have no gradient")
-        _close(zt.grad._data.numpy(), (p - onehot) / n, f"{what}: gradient of the logits",
+        _close(gz, (p - onehot) / n, f"{what}: gradient of the logits",
                "the gradient is (softmax(z) - onehot(target)) / N", atol=1e-9)
 
 
@@ -514,15 +494,16 @@ def check_adamw_step(fn):
             wd = 0.3
         p = gen.normal(size=shape)
         m, v = np.zeros(shape), np.zeros(shape)
-        pt, mt, vt = _t(p), _t(m), _t(v)
         for step in range(1, 7):
             g = gen.normal(size=shape) * gen.uniform(0.01, 10)
             what = call_text("adamw_step", "<param>", "<grad>", "<exp_avg>", "<exp_avg_sq>",
                              step, lr, b1, b2, eps, wd)
             before, m_prev, v_prev = p, m, v
-            call(fn, pt, _t(g), mt, vt, step, lr, b1, b2, eps, wd, name="adamw_step")
+            # the state so far goes in as fresh tensors; the function updates them in place
+            run = _run(fn, _t(p), _t(g), _t(m), _t(v), step, lr, b1, b2, eps, wd,
+                       _observe=True, what=what)
             p, m, v = _adamw_np(p, g, m, v, step, lr, b1, b2, eps, wd)
-            got_p, got_m, got_v = pt._data.numpy(), mt._data.numpy(), vt._data.numpy()
+            got_p, got_m, got_v = (_tensor_np(run.args_after[i], what) for i in (0, 2, 3))
             if _near(got_p, p) and _near(got_m, m) and _near(got_v, v):
                 p, m, v = got_p, got_m, got_v
                 continue
@@ -551,7 +532,7 @@ def check_adamw_step(fn):
             _close(got_p, p, f"{what}: param",
                    "param <- param·(1 - lr·wd) - lr/(1-beta1^t) · m / (sqrt(v)/sqrt(1-beta2^t) + eps)")
             # the student's in-place state is now the truth for the next step
-            p, m, v = got_p, mt._data.numpy(), vt._data.numpy()
+            p, m, v = got_p, got_m, got_v
 
 
 # =========================================================================== 05.warmup_cosine
@@ -597,233 +578,110 @@ def check_warmup_cosine(fn):
 
 # =========================================================================== checkpoints
 
-def _job(seed: int):
-    """A small training job with every kind of state: parameters and buffers, Adam moments,
-    a schedule, random dropout masks, a shuffled loader."""
-    mini = _mini()
-    from mini import nn
-    from mini.nn.modules.dropout import Dropout
-    from mini.nn.modules.normalization import BatchNorm1d
-    from mini.optim.adam import AdamW
-    from mini.optim.lr_scheduler import WarmupCosineLR
-    from mini.utils.data import DataLoader, TensorDataset
-    data = np.random.default_rng(5)
-    x = data.normal(size=(36, 4)).astype(np.float32)
-    y = ((x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64))
-    mini.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(4, 12), BatchNorm1d(12), nn.ReLU(), Dropout(0.25),
-                          nn.Linear(12, 3))
-    opt = AdamW(model.parameters(), lr=0.03, weight_decay=0.05)
-    sched = WarmupCosineLR(opt, 3, 16, min_lr=1e-4)
-    loader = DataLoader(TensorDataset(mini.tensor(x), mini.tensor(y)), batch_size=8,
-                        shuffle=True)
-    return model, opt, sched, loader
-
-
-def _run(job, start: int, stop: int) -> list[float]:
-    from mini.nn.losses import cross_entropy
-    model, opt, sched, loader = job
-    it = _forever(loader)
-    out = []
-    for _ in range(start, stop):
-        x, y = next(it)
-        loss = cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        out.append(float(loss.item()))
-    return out
-
-
-def _forever(loader):
-    while True:
-        yield from loader
-
-
-def _weights(model):
-    return [p._data.numpy() for p in model.parameters()] + [b._data.numpy() for b in model.buffers()]
-
-
-def _ref_save(path, job, step):
-    """The instructor's save (a private copy, so that no student code runs here)."""
-    mini = _mini()
-    from mini import serialization
-    model, opt, sched, loader = job
-    state = {"step": int(step), "model": model.state_dict(), "optimizer": opt.state_dict(),
-             "scheduler": sched.state_dict(), "loader": loader.state_dict(),
-             "rng": mini.get_rng_state()}
-    serialization.save(state, path)
-
-
-def _ref_load(path, job):
-    mini = _mini()
-    from mini import serialization
-    model, opt, sched, loader = job
-    s = serialization.load(path)
-    model.load_state_dict(s["model"])
-    opt.load_state_dict(s["optimizer"])
-    sched.load_state_dict(s["scheduler"])
-    loader.load_state_dict(s["loader"])
-    mini.set_rng_state(s["rng"])
-    return s["step"]
-
-
 _STOP, _END = 6, 12
+_JOB = "<path>", "<model>", "<optimizer>", "<scheduler>", "<loader>"
 
 
-def _reference_losses():
-    return _run(_job(0), 0, _END)
-
-
-class _Unpicklable:
-    def __reduce__(self):
-        raise OSError("No space left on device (simulated)")
-
-
-class _BrokenLoader:
-    def state_dict(self):
-        return {"seed": 1, "epoch": 0, "position": 0, "broken": _Unpicklable()}
+def _same_losses(a, b) -> bool:
+    """The same run twice (same code, same order): equal up to the last bits."""
+    return (type(a) is list and len(a) == len(b) and
+            all(type(x) is float and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+                for x, y in zip(a, b)))
 
 
 @check("05.save_checkpoint", points=POINTS["05.save_checkpoint"])
 def check_save_checkpoint(fn):
-    mini = _mini()
-    from mini import serialization
-    ref = _reference_losses()
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "ckpt.pt")
-        job = _job(0)
-        _run(job, 0, _STOP)
-        rng_at_save = mini.get_rng_state()
-        what = call_text("save_checkpoint", "<path>", "<model>", "<optimizer>", "<scheduler>",
-                         "<loader>", step=_STOP)
-        result = call(fn, path, *job, step=_STOP, name="save_checkpoint")
-        if result is not None:
-            fail(f"{what} should return None, got {describe(result)}")
-        if not os.path.exists(path):
-            fail(f"{what}: no file at path afterwards (publish the temporary file with "
-                 f"os.replace(tmp, path))")
-        try:
-            state = serialization.load(path)
-        except Exception as e:
-            fail(f"{what}: the file could not be read with serialization.load: "
-                 f"{describe_exception(e)}; write it with serialization.save(state, f)")
-        if type(state) is not dict:
-            fail(f"{what}: the file should hold a dict, got {describe(type(state).__name__)}")
-        missing = [k for k in ("step", "model", "optimizer", "scheduler", "loader", "rng")
-                   if k not in state]
-        if "optimizer" in missing:
-            fail(f"{what}: the checkpoint has no optimizer state (keys {sorted(state)}): "
-                 f"without Adam's moments and step count the resumed run diverges")
-        if "rng" in missing:
-            fail(f"{what}: the checkpoint has no random-number state (keys {sorted(state)}): the "
-                 f"resumed run would draw different dropout masks and diverge; save "
-                 f"mini.get_rng_state()")
-        if missing:
-            fail(f"{what}: the checkpoint lacks {missing} (keys {sorted(state)})")
-        if type(state["step"]) is not int or state["step"] != _STOP:
-            fail(f"{what}: state['step'] should be the int {_STOP}, got {describe(state['step'])}")
-        if state["rng"] != rng_at_save:
-            fail(f"{what}: state['rng'] is not mini's random state at the time of the save; "
-                 f"save mini.get_rng_state()")
-        again = _job(777)
-        mini.manual_seed(4242)
-        try:
-            step = _ref_load(path, again)
-        except Exception as e:
-            fail(f"{what}: restoring the checkpoint's state dicts failed: {describe_exception(e)}")
-        rest = _run(again, step, _END)
-        if rest != ref[_STOP:]:
-            fail(f"{what}: resuming from your checkpoint does not reproduce the uninterrupted run "
-                 f"(losses {rest[:3]} vs {ref[_STOP:_STOP + 3]}); save each object's "
-                 f"state_dict() and the RNG state at the moment of the save")
-        leftovers = sorted(set(os.listdir(d)) - {"ckpt.pt"})
-        if leftovers:
-            fail(f"{what}: files were left next to the checkpoint: {leftovers}; the temporary "
-                 f"file must become the checkpoint (os.replace), not stay behind")
-        # Atomicity: a save that fails half-way must leave the previous checkpoint intact.
-        before = open(path, "rb").read()
-        calls = []
-        real = {name: getattr(os, name) for name in ("replace", "rename", "fsync")}
-
-        def spy(name):
-            def wrapper(*a, **k):
-                calls.append(name)
-                return real[name](*a, **k)
-            return wrapper
-
-        for name in real:
-            setattr(os, name, spy(name))
-        try:
-            try:
-                fn(path, *job[:3], _BrokenLoader(), step=_STOP + 1)
-            except NotImplementedError:
-                raise
-            except BaseException as e:  # noqa: BLE001 - the failure we provoked
-                if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                    raise
-            after = open(path, "rb").read() if os.path.exists(path) else b""
-            if after != before:
-                fail(f"{what}: a save that failed half-way (the disk filled up while pickling) "
-                     f"destroyed the previous checkpoint: the save is not atomic; write to a "
-                     f"temporary file in the same directory, fsync it, then os.replace it onto "
-                     f"the path")
-            leftovers = sorted(set(os.listdir(d)) - {"ckpt.pt"})
-            if leftovers:
-                fail(f"{what}: a failed save left its temporary file behind ({leftovers}); "
-                     f"remove it when the save fails")
-            calls.clear()
-            fn(path, *job, step=_STOP)
-            if "replace" not in calls and "rename" not in calls:
-                fail(f"{what}: the checkpoint was not published with os.replace (atomic rename)")
-            if "fsync" not in calls:
-                fail(f"{what}: the data was never fsync'ed: after a power cut the renamed file "
-                     f"could be empty; call os.fsync(f.fileno()) before os.replace")
-        finally:
-            for name, f in real.items():
-                setattr(os, name, f)
+    ref = fn.expected("checkpoint_reference", stop=_STOP, end=_END)
+    what = call_text("save_checkpoint", *_JOB, step=_STOP)
+    obs = fn.scenario("checkpoint_save", stop=_STOP, end=_END)
+    if obs.get("result") is not None:
+        fail(f"{what} should return None, got {describe(obs['result'])}")
+    if not obs.get("exists"):
+        fail(f"{what}: no file at path afterwards (publish the temporary file with "
+             f"os.replace(tmp, path))")
+    if "load_error" in obs:
+        err = obs["load_error"]
+        fail(f"{what}: the file could not be read with serialization.load: "
+             f"{err.text() if type(err) is ExceptionRecord else describe(err)}; write it with "
+             f"serialization.save(state, f)")
+    if obs.get("kind") != "dict":
+        fail(f"{what}: the file should hold a dict, got {describe(obs.get('kind'))}")
+    keys = obs["keys"]
+    missing = [k for k in ("step", "model", "optimizer", "scheduler", "loader", "rng")
+               if k not in keys]
+    if "optimizer" in missing:
+        fail(f"{what}: the checkpoint has no optimizer state (keys {keys}): without the "
+             f"optimizer's moments and step count the resumed run diverges")
+    if "rng" in missing:
+        fail(f"{what}: the checkpoint has no random-number state (keys {keys}): the "
+             f"resumed run would draw different dropout masks and diverge; save "
+             f"mini.get_rng_state()")
+    if missing:
+        fail(f"{what}: the checkpoint lacks {missing} (keys {keys})")
+    if type(obs["step"]) is not int or obs["step"] != _STOP:
+        fail(f"{what}: state['step'] should be the int {_STOP}, got {describe(obs['step'])}")
+    if obs["rng"] != ref["rng_at_stop"]:
+        fail(f"{what}: state['rng'] is not mini's random state at the time of the save; "
+             f"save mini.get_rng_state()")
+    if "restore_error" in obs:
+        err = obs["restore_error"]
+        fail(f"{what}: restoring the checkpoint's state dicts failed: "
+             f"{err.text() if type(err) is ExceptionRecord else describe(err)}")
+    rest, want = obs.get("rest"), ref["losses"][_STOP:]
+    if not _same_losses(rest, want):
+        fail(f"{what}: resuming from your checkpoint does not reproduce the uninterrupted run "
+             f"(losses {describe(rest)[:60]} vs {want[:3]}); save each object's "
+             f"state_dict() and the RNG state at the moment of the save")
+    if obs.get("leftovers"):
+        fail(f"{what}: files were left next to the checkpoint: {obs['leftovers']}; the temporary "
+             f"file must become the checkpoint (os.replace), not stay behind")
+    if obs.get("intact_after_failure") is not True:
+        fail(f"{what}: a save that failed half-way (the disk filled up while pickling) "
+             f"destroyed the previous checkpoint: the save is not atomic; write to a "
+             f"temporary file in the same directory, fsync it, then os.replace it onto "
+             f"the path")
+    if obs.get("leftovers_after_failure"):
+        fail(f"{what}: a failed save left its temporary file behind "
+             f"({obs['leftovers_after_failure']}); remove it when the save fails")
+    calls = obs.get("calls") or []
+    if "replace" not in calls and "rename" not in calls:
+        fail(f"{what}: the checkpoint was not published with os.replace (atomic rename)")
+    if "fsync" not in calls:
+        fail(f"{what}: the data was never fsync'ed: after a power cut the renamed file "
+             f"could be empty; call os.fsync(f.fileno()) before os.replace")
 
 
 @check("05.load_checkpoint", points=POINTS["05.load_checkpoint"])
 def check_load_checkpoint(fn):
-    mini = _mini()
-    ref = _reference_losses()
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "ckpt.pt")
-        job = _job(0)
-        _run(job, 0, _STOP)
-        _ref_save(path, job, _STOP)
-        rng_saved = mini.get_rng_state()
-        again = _job(777)
-        mini.manual_seed(4242)
-        what = call_text("load_checkpoint", "<path>", "<model>", "<optimizer>", "<scheduler>",
-                         "<loader>")
-        step = expect_int(call(fn, path, *again, name="load_checkpoint"), f"{what} (the step)",
-                          allow_numpy=True)
-        if step != _STOP:
-            fail(f"{what} should return the saved step {_STOP}, got {step}")
-        for a, b in zip(_weights(again[0]), _weights(job[0])):
-            if not np.array_equal(a, b):
-                fail(f"{what}: the model's parameters and buffers were not restored "
-                     f"(model.load_state_dict(state['model']))")
-        if not again[1].state:
-            fail(f"{what}: the optimizer state was not restored: without Adam's moments the "
-                 f"resumed run diverges; call optimizer.load_state_dict(state['optimizer'])")
-        if mini.get_rng_state() != rng_saved:
-            fail(f"{what}: mini's random state was not restored (mini.set_rng_state): the "
-                 f"resumed run draws different dropout masks and diverges")
-        if again[2].last_epoch != job[2].last_epoch:
-            fail(f"{what}: the scheduler was not restored: it is at step {again[2].last_epoch}, "
-                 f"the saved one at {job[2].last_epoch}")
-        if again[3].state_dict() != job[3].state_dict():
-            fail(f"{what}: the data loader's position was not restored "
-                 f"(loader.load_state_dict(state['loader'])): the resumed run would see other "
-                 f"batches")
-        rest = _run(again, step, _END)
-        if rest != ref[_STOP:]:
-            fail(f"{what}: the resumed run does not reproduce the uninterrupted run "
-                 f"(losses {rest[:3]} vs {ref[_STOP:_STOP + 3]})")
+    ref = fn.expected("checkpoint_reference", stop=_STOP, end=_END)
+    want = fn.expected("checkpoint_load", stop=_STOP, end=_END)
+    what = call_text("load_checkpoint", *_JOB)
+    obs = fn.scenario("checkpoint_load", stop=_STOP, end=_END)
+    step = expect_int(obs.get("step"), f"{what} (the step)", allow_numpy=True)
+    if step != _STOP:
+        fail(f"{what} should return the saved step {_STOP}, got {step}")
+    weights = obs.get("weights") or []
+    if len(weights) != len(want["weights"]) or not all(
+            type(a) is np.ndarray and np.array_equal(a, b) for a, b in zip(weights, want["weights"])):
+        fail(f"{what}: the model's parameters and buffers were not restored "
+             f"(model.load_state_dict(state['model']))")
+    if obs.get("optimizer_state") is not True:
+        fail(f"{what}: the optimizer state was not restored: without its momentum buffers the "
+             f"resumed run diverges; call optimizer.load_state_dict(state['optimizer'])")
+    if obs.get("rng") != want["rng"]:
+        fail(f"{what}: mini's random state was not restored (mini.set_rng_state): the "
+             f"resumed run draws different dropout masks and diverges")
+    if obs.get("scheduler_epoch") != want["scheduler_epoch"]:
+        fail(f"{what}: the scheduler was not restored: it is at step {obs.get('scheduler_epoch')}, "
+             f"the saved one at {want['scheduler_epoch']}")
+    if obs.get("loader") != want["loader"]:
+        fail(f"{what}: the data loader's position was not restored "
+             f"(loader.load_state_dict(state['loader'])): the resumed run would see other "
+             f"batches")
+    rest = obs.get("rest")
+    if not _same_losses(rest, ref["losses"][_STOP:]):
+        fail(f"{what}: the resumed run does not reproduce the uninterrupted run "
+             f"(losses {describe(rest)[:60]} vs {ref['losses'][_STOP:_STOP + 3]})")
 
 
 # =========================================================================== quizzes

@@ -1,11 +1,14 @@
-"""Strict helpers for checks: call the student's function, convert what it returned into
-plain values of exact type, and compare.
+"""Strict helpers for checks: call the student's implementation, convert what came back
+into plain values of exact type, and compare.
 
-Every ``expect_*`` function accepts only exact builtin / numpy types (``type(x) is int``,
-``type(x) is tuple``, ``type(x) is np.ndarray``), so an object the student made (say, one
-whose ``__eq__`` always returns True, or an ``int`` subclass) fails with a message naming
-what came back.  Nothing here calls a method of an object the student made: not
-``__eq__``, not ``__repr__``, not ``__str__``, not ``__len__``.
+What a check receives from the student is already plain data decoded by the trusted side
+(:mod:`grader.worker.codec`): builtin values, numpy arrays and scalars, and records for
+tensors, exceptions and any other object.  Every ``expect_*`` function still accepts only
+exact types (``type(x) is int``, ``type(x) is tuple``, ``type(x) is np.ndarray``), so a
+record of an object the student made (one whose ``__eq__`` always returns True, an ``int``
+subclass) fails with a message naming what came back.  The same helpers work on live values
+(nothing here calls a method of a value: not ``__eq__``, ``__repr__``, ``__str__``,
+``__len__``).
 
 Typical check::
 
@@ -18,7 +21,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grader.checks import CheckFailed
+from grader.checks import CheckFailed, NotDone, current_run
+from grader.worker.codec import (ExceptionRecord, OpaqueRecord, SizeSpec, TensorRecord,
+                                 TensorSpec)
 
 __all__ = [
     "CheckFailed", "fail", "rng", "describe", "describe_exception", "call", "call_text",
@@ -50,8 +55,14 @@ def expect_choice(fn: Callable, what: str, correct: str, hints: dict[str, str],
 
 
 def rng(seed: int | None = None) -> np.random.Generator:
-    """A fresh random generator (fresh entropy unless ``seed`` is given): checks use new
-    random inputs on every run, so a hard-coded answer table earns nothing."""
+    """A random generator for the running check's inputs: seeded by the course's secret and
+    the slot (:func:`grader.checks.seed_for`), a different stream on each call within one
+    check.  So a submission always meets the same inputs (and gets the same score), and no
+    student knows them in advance.  Outside a runner: fresh entropy unless ``seed``."""
+    run = current_run()
+    if seed is None and run is not None:
+        run.generators += 1
+        return np.random.default_rng([run.seed, run.generators])
     return np.random.default_rng(seed)
 
 
@@ -106,6 +117,16 @@ def describe(value: Any, limit: int = 160) -> str:
     """A short, safe description of ``value`` for messages: the repr of plain values (cut to
     ``limit`` characters), the shape and dtype of arrays, only the type name otherwise."""
     t = type(value)
+    if t is TensorRecord:
+        return f"a mini Tensor of shape {value.shape} and dtype {value.dtype}"
+    if t is OpaqueRecord:
+        return f"an object of type {value.text()}"
+    if t is ExceptionRecord:
+        return f"the exception {value.text()}"
+    if t is TensorSpec:
+        return f"<tensor of shape {tuple(np.shape(value.data))} {np.asarray(value.data).dtype}>"
+    if t is SizeSpec:
+        return f"Size({tuple(value.dims)!r})"
     if t is np.ndarray:
         if value.dtype.kind == "O":
             return f"a numpy array of Python objects with shape {value.shape}"
@@ -159,12 +180,19 @@ def call_text(name: str, *args: Any, **kwargs: Any) -> str:
 
 
 def call(fn: Callable, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
-    """Call the student's ``fn(*args, **kwargs)``.  An ``Exception`` it raises becomes
-    :class:`CheckFailed` naming the call and the exception; ``NotImplementedError`` (the
-    template's stub, or mini's ``ExerciseNotImplemented``) and ``BaseException``s such as
-    ``SystemExit`` pass through to :func:`grader.checks.run_in_process`, which reports them.
-    Arguments are passed as fresh copies where they are mutable (lists, arrays)."""
+    """Call the student's ``fn(*args, **kwargs)`` (a :class:`~grader.checks.student.Student`
+    handle, or a live function in a legacy check).  An ``Exception`` it raises becomes
+    :class:`CheckFailed` naming the call and the exception; a stub (the template's
+    ``raise NotImplementedError()``, mini's ``ExerciseNotImplemented``) becomes
+    :class:`~grader.checks.NotDone`, and ``BaseException``s such as ``SystemExit`` pass
+    through to the runner, which reports them."""
     label = call_text(name or _fn_name(fn), *args, **kwargs)
+    if _is_handle(fn):
+        from grader.checks.student import StudentRaised
+        try:
+            return fn(*args, **kwargs)
+        except StudentRaised as e:
+            raise raised_as_failure(e, label) from None
     args = tuple(_fresh(a) for a in args)
     kwargs = {k: _fresh(v) for k, v in kwargs.items()}
     try:
@@ -182,7 +210,30 @@ def call(fn: Callable, *args: Any, name: str | None = None, **kwargs: Any) -> An
         raise CheckFailed(f"{label} raised {describe_exception(e)}{hint}") from None
 
 
+def raised_as_failure(e, label: str, hint: str = "") -> BaseException:
+    """What a check raises for ``e`` (a :class:`~grader.checks.student.StudentRaised`) that
+    came out of ``label``: :class:`CheckFailed` naming the call for an ordinary exception,
+    :class:`~grader.checks.NotDone` for a stub, ``e`` itself for ``SystemExit`` and friends."""
+    rec = e.record
+    if rec.not_implemented:
+        return NotDone(rec.slot_id, rec.text())
+    if not rec.is_a("Exception"):
+        return e
+    if rec.is_a("RecursionError"):
+        hint = hint or " (is a recursive call missing its base case?)"
+    elif rec.is_a("MemoryError"):
+        hint = hint or " (your code ran out of memory)"
+    return CheckFailed(f"{label} raised {rec.text()}{hint}")
+
+
+def _is_handle(fn: Any) -> bool:
+    from grader.checks.student import Student
+    return type(fn) is Student
+
+
 def _fn_name(fn: Callable) -> str:
+    if _is_handle(fn):
+        return fn.name or fn.slot
     try:
         name = object.__getattribute__(fn, "__name__")
         return name if type(name) is str else "your function"
@@ -324,13 +375,26 @@ def expect_allclose(got: Any, expected: np.ndarray, what: str, *, rtol: float = 
 
 
 def expect_raises(exc_types: type | tuple[type, ...], fn: Callable, *args: Any,
-                  name: str | None = None, hint: str = "", **kwargs: Any) -> BaseException:
-    """Call the student's ``fn`` and require an exception of one of ``exc_types``.
-    Returns the exception (do not call its methods)."""
+                  name: str | None = None, hint: str = "", **kwargs: Any) -> Any:
+    """Call the student's ``fn`` and require an exception of one of ``exc_types`` (matched
+    by the names of its builtin and mini base classes).  Returns the exception, or its
+    :class:`~grader.worker.codec.ExceptionRecord` for a handle (do not call its methods)."""
     if not isinstance(exc_types, tuple):
         exc_types = (exc_types,)
     label = call_text(name or _fn_name(fn), *args, **kwargs)
     wanted = " or ".join(t.__name__ for t in exc_types)
+    if _is_handle(fn):
+        from grader.checks.student import StudentRaised
+        try:
+            result = fn(*args, **kwargs)
+        except StudentRaised as e:
+            rec = e.record
+            if rec.is_a(*(t.__name__ for t in exc_types)) and not rec.not_implemented:
+                return rec
+            if rec.not_implemented or not rec.is_a("Exception"):
+                raise raised_as_failure(e, label) from None
+            fail(_with_hint(f"{label} should raise {wanted}, but raised {rec.text()}", hint))
+        fail(_with_hint(f"{label} should raise {wanted}, but returned {describe(result)}", hint))
     args = tuple(_fresh(a) for a in args)
     try:
         result = fn(*args, **kwargs)

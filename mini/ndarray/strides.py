@@ -233,7 +233,7 @@ def compact(buffer: np.ndarray, shape: Shape, strides: Strides, offset: int) -> 
 def row_major_strides(shape: Shape) -> Strides:
     """Row-major strides for mini's own fresh buffers: trusted and cached, so that creating
     an array never depends on a student's (possibly unfinished) ``compact_strides``."""
-    return _fallback.compact_strides(tuple(shape))
+    return _fallback.row_major(tuple(shape))
 
 
 def is_compact(shape: Shape, strides: Strides) -> bool:

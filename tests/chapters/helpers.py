@@ -52,6 +52,7 @@ class GradedChapter:
     release_dir: Path
     # {student: {grade_id: (score, max_score)}}
     scores: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    statuses: dict[str, str] = field(default_factory=dict)   # {student: grading status}
 
     def total(self, student: str) -> tuple[float, float]:
         cells = self.scores.get(student, {})
@@ -64,16 +65,17 @@ class GradedChapter:
 def grade_chapter(tmp: Path, chapter: str, *, course_src: Path = COURSE,
                   extra: dict[str, Callable[[nbformat.NotebookNode], None]] | None = None,
                   cell_timeout: int = 60, check_timeout: float = 30,
-                  recheck: bool = True) -> GradedChapter:
+                  jobs: int = 2, mini_src: Path | None = None, **init_kwargs) -> GradedChapter:
     """Init a course in ``tmp``, release ``chapter`` (any spelling), submit ``solution``
     (the source notebooks) and ``blank`` (the released ones), plus one student per entry of
     ``extra``: ``{student: edit}`` where ``edit(nb)`` modifies a copy of the source notebook
-    in place; autograde everything and return the scores."""
+    in place; autograde everything (in sandboxes, ``jobs`` at a time) and return the scores
+    and each submission's status (``GradedChapter.results``)."""
     from grader import course
 
     course_dir = tmp / "course"
     course.init_course(course_dir, course_src=course_src, cell_timeout=cell_timeout,
-                       check_timeout=check_timeout, log=quiet)
+                       check_timeout=check_timeout, mini_src=mini_src, log=quiet, **init_kwargs)
     chapter = course._chapter_in_course(course_dir, chapter)
     release_dir = course.release(chapter, course_dir, log=quiet)
     inbox = tmp / "inbox"
@@ -88,8 +90,9 @@ def grade_chapter(tmp: Path, chapter: str, *, course_src: Path = COURSE,
             nbformat.write(nb, str(inbox / f"{student}_{stem}.ipynb"))
     report = course.import_submissions(chapter, inbox, course_dir, log=quiet)
     assert not report.rejected, report.rejected
-    course.autograde(chapter, course_dir, recheck=recheck, log=quiet)
-    graded = GradedChapter(course_dir, chapter, release_dir)
+    results = course.autograde(chapter, course_dir, jobs=jobs, log=quiet)
+    graded = GradedChapter(course_dir, chapter, release_dir,
+                           statuses={s: r.status for s, r in results.items()})
     for row in course.grades(course_dir):
         if row["chapter"] == chapter:
             graded.scores.setdefault(row["student"], {})[row["grade_id"]] = (
@@ -118,7 +121,8 @@ def graded_once(key: str, tmp_path_factory, **kwargs) -> GradedChapter:
                 return GradedChapter(Path(data["course_dir"]), data["chapter"],
                                      Path(data["release_dir"]),
                                      {s: {g: tuple(v) for g, v in cells.items()}
-                                      for s, cells in data["scores"].items()})
+                                      for s, cells in data["scores"].items()},
+                                     data.get("statuses", {}))
             work = root / f"graded-{safe}"
             if work.exists():
                 shutil.rmtree(work)
@@ -128,7 +132,8 @@ def graded_once(key: str, tmp_path_factory, **kwargs) -> GradedChapter:
             done.write_text(json.dumps({"course_dir": str(graded.course_dir),
                                         "chapter": graded.chapter,
                                         "release_dir": str(graded.release_dir),
-                                        "scores": graded.scores}))
+                                        "scores": graded.scores,
+                                        "statuses": graded.statuses}))
             return graded
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

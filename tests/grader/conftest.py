@@ -37,9 +37,10 @@ def graded_fixture(tmp_path_factory):
 
     solution (the instructor's notebook), blank (the released notebook), looper (an
     infinite loop in compact_strides), killer (os._exit in element_offset), hog (allocates
-    64 GiB in element_offset: the kernel's memory limit turns it into a MemoryError), wrong (wrong for
-    size-0 axes: passes the visible tests, fails the hidden ones), cheater (replaces
-    grader.hidden.run_check in the kernel and is wrong like `wrong`).
+    64 GiB in element_offset: the memory limit turns it into a MemoryError), wrong (wrong for
+    size-0 axes: passes the visible tests, fails the hidden ones), cheater (tries to replace
+    grader.hidden.run_check in the kernel -- grader is not importable in the sandbox -- and
+    is wrong like `wrong`).  Graded in sandboxes, two at a time.
     """
     extra = {
         "looper": replace_in_cells(("    strides = []\n", "    while True:\n        pass\n")),
