@@ -396,7 +396,8 @@ _LAZY_OWNERS = ("mini.ops.conv", "mini.ops.fast_paths", "mini.backends.cpu.exerc
                 "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
                 "mini.utils.train_state", "mini.distributed.ring",
                 "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
-                "mini.utils.data.distributed", "mini.utils.checkpoint")
+                "mini.utils.data.distributed", "mini.utils.checkpoint",
+                "mini.distributed.accumulation")
 
 
 def _import_owner_modules() -> None:
