@@ -115,25 +115,6 @@ def ring_blocking_sends(tensor, group=None):
             dist.recv(flat[c:d], prv)
 
 
-def ring_whole_arrays(tensor, group=None):
-    """A ring that passes whole arrays: p - 1 messages of N elements per rank (the right
-    sum, (p - 1)·N elements sent instead of 2(p - 1)/p·N)."""
-    import mini
-    import mini.distributed as dist
-    p, r = dist.get_world_size(), dist.get_rank()
-    if p == 1:
-        return
-    with mini.no_grad():
-        passing = tensor.contiguous().clone()
-        incoming = mini.empty(*tensor.shape, dtype=tensor.dtype)
-        for _ in range(p - 1):
-            work = dist.isend(passing, (r + 1) % p)
-            dist.recv(incoming, (r - 1) % p)
-            work.wait()
-            tensor.add_(incoming)
-            passing.copy_(incoming)
-
-
 # --------------------------------------------------------------------- 06.assign_buckets
 
 def buckets_forward(sizes, bucket_cap_bytes):
@@ -199,12 +180,6 @@ def ready_launch_at_end(state, index, launch):
 
 # --------------------------------------------------------------------- 06.allreduce_hook
 
-def hook_sum(state, bucket):
-    """Sums the gradients over the ranks and forgets to divide."""
-    from mini.distributed import all_reduce
-    return all_reduce(bucket.buffer(), async_op=True)
-
-
 def hook_divide_by_two(state, bucket):
     """Averages for the two ranks the author tested on."""
     import mini
@@ -256,22 +231,6 @@ def accumulate_unscaled(model, optimizer, loss_fn, micro_batches):
             loss = loss_fn(model(x), y)
             loss.backward()
         total += float(loss.item())
-    optimizer.step()
-    return total / m
-
-
-def accumulate_never_synced(model, optimizer, loss_fn, micro_batches):
-    """Every backward inside no_sync: the ranks never average and drift apart."""
-    if len(micro_batches) == 0:
-        raise ValueError("no micro-batches")
-    m = len(micro_batches)
-    optimizer.zero_grad()
-    total = 0.0
-    with model.no_sync():
-        for x, y in micro_batches:
-            loss = loss_fn(model(x), y)
-            (loss / m).backward()
-            total += float(loss.item())
     optimizer.step()
     return total / m
 
@@ -335,25 +294,6 @@ def zero_slices_off_by_one(flat_param, flat_grad, shard_param, shard_optimizer, 
         for q in range(p):
             a, b = shard_bounds(n, p, q)
             broadcast(flat_param[a:max(a, b - 1)], src=q)
-
-
-def zero_broadcast_from_rank_zero(flat_param, flat_grad, shard_param, shard_optimizer,
-                                  group=None):
-    """Updates its shard, then broadcasts every slice from rank 0."""
-    import mini
-    from mini.distributed import broadcast, get_rank, get_world_size
-    from mini.distributed.ring import shard_bounds
-    p, r = get_world_size(), get_rank()
-    n = flat_param.numel()
-    start, stop = shard_bounds(n, p, r)
-    with mini.no_grad():
-        shard_param.copy_(flat_param[start:stop])
-        shard_param.grad = flat_grad[start:stop].clone()
-        shard_optimizer.step()
-        flat_param[start:stop].copy_(shard_param)
-        for q in range(p):
-            a, b = shard_bounds(n, p, q)
-            broadcast(flat_param[a:b], src=0)
 
 
 # --------------------------------------------------------------------- checkpointing
@@ -451,8 +391,6 @@ MISTAKES = [
             expect_message="a built-in collective does the work"),
     Mistake("06.ring_allreduce", "blocking sends deadlock on large messages", ring_blocking_sends,
             expect_message="(deadlock)"),
-    Mistake("06.ring_allreduce", "whole arrays around the ring", ring_whole_arrays,
-            expect_message="a ring over"),
     Mistake("06.assign_buckets", "buckets from the first parameter", buckets_forward,
             expect_message="start from the last parameter"),
     Mistake("06.assign_buckets", "a bucket never goes over the cap", buckets_never_over_cap,
@@ -463,8 +401,6 @@ MISTAKES = [
             expect_message="in bucket order"),
     Mistake("06.mark_grad_ready", "everything launched after backward", ready_launch_at_end,
             expect_message="overlaps the rest of backward"),
-    Mistake("06.allreduce_hook", "the sum, not the average", hook_sum,
-            expect_message="not the average"),
     Mistake("06.allreduce_hook", "averaging by the wrong world size", hook_divide_by_two,
             expect_message="the world has 3 ranks"),
     Mistake("06.allreduce_hook", "the hook waits for its all-reduce", hook_waits,
@@ -473,8 +409,6 @@ MISTAKES = [
             accumulate_without_no_sync, expect_message="inside model.no_sync()"),
     Mistake("06.accumulation_step", "micro-batch losses not scaled", accumulate_unscaled,
             expect_message="the mean loss over all micro-batches"),
-    Mistake("06.accumulation_step", "no backward ever synchronises", accumulate_never_synced,
-            expect_message="never averaged"),
     Mistake("06.distributed_sampler_indices", "every rank gets the same samples",
             sampler_same_on_every_rank, expect_message="the ranks overlap"),
     Mistake("06.distributed_sampler_indices", "contiguous blocks", sampler_blocks,
@@ -483,8 +417,6 @@ MISTAKES = [
             expect_message="the optimizer state is not sharded"),
     Mistake("06.zero_step", "shard boundaries off by one", zero_slices_off_by_one,
             expect_message="off by one"),
-    Mistake("06.zero_step", "every slice broadcast from rank 0", zero_broadcast_from_rank_zero,
-            expect_message="broadcast its updated slice from rank q"),
     Mistake("06.checkpoint_forward", "the segment records a graph", ckpt_forward_records,
             expect_message="grad mode on"),
     Mistake("06.checkpoint_forward", "random state saved after the segment",

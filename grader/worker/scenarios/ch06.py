@@ -113,16 +113,12 @@ def _ring_ranks(cases: list, worlds: list) -> dict:
     return out
 
 
-def ring(impl, *, cases: list, worlds: list, large: list, op_timeout: float = 20.0,
-         large_timeout: float = 6.0) -> dict:
+def ring(impl, *, cases: list, worlds: list, op_timeout: float = 20.0) -> dict:
     """``impl`` (ring_allreduce) on every rank: ``cases`` on worlds of each size in
-    ``worlds`` (one job), then ``large`` cases on 2 ranks (a second job, whose operations
-    give up after ``large_timeout`` seconds: a ring that deadlocks on large messages is
-    caught fast)."""
-    small = _job(_ring_ranks, max(worlds), cases, list(worlds), op_timeout=op_timeout)
-    big = _job(_ring_ranks, 2, large, [2], op_timeout=large_timeout, timeout=60.0) \
-        if large else None
-    return {"small": small, "large": big}
+    ``worlds``, one job of ``max(worlds)`` ranks.  For large messages the check uses a
+    short ``op_timeout``: a ring that deadlocks there is caught in seconds."""
+    return _job(_ring_ranks, max(worlds), cases, list(worlds), op_timeout=op_timeout,
+                timeout=60.0 + 3 * op_timeout)
 
 
 # --------------------------------------------------------------------------- 06.mark_grad_ready
@@ -210,6 +206,7 @@ def _hook_ranks(spec: dict) -> dict:
     import mini
     import mini.distributed as dist
     from mini.nn.parallel import DistributedDataParallel as DDP
+    from mini.exercises import ExerciseNotImplemented
     from mini.nn.parallel.distributed import GradBucket, allreduce_hook
     out = {"direct": {}, "ddp": None}
     for p in spec["worlds"]:
@@ -240,18 +237,24 @@ def _hook_ranks(spec: dict) -> dict:
     model = ddp_model(d["seed"] + 100 * r, d["dims"])     # DDP broadcasts rank 0's weights
     if r == 0:
         model = ddp_model(d["seed"], d["dims"])
-    ddp = DDP(model, bucket_cap_mb=d["cap_mb"])
-    opt = mini.optim.SGD(ddp.parameters(), lr=float(d["lr"]))
     x, y = ddp_data(d["seed"] + 1, d["steps"], d["batch"], d["dims"])
     per = d["batch"] // p
     logs = []
-    for s in range(d["steps"]):
-        opt.zero_grad()
-        with dist.record_communication() as log:
-            _mse(ddp(mini.tensor(x[s, r * per:(r + 1) * per])),
-                 mini.tensor(y[s, r * per:(r + 1) * per])).backward()
-        logs.append(_records(log))
-        opt.step()
+    try:
+        ddp = DDP(model, bucket_cap_mb=d["cap_mb"])
+        opt = mini.optim.SGD(ddp.parameters(), lr=float(d["lr"]))
+        for s in range(d["steps"]):
+            opt.zero_grad()
+            with dist.record_communication() as log:
+                _mse(ddp(mini.tensor(x[s, r * per:(r + 1) * per])),
+                     mini.tensor(y[s, r * per:(r + 1) * per])).backward()
+            logs.append(_records(log))
+            opt.step()
+    except ExerciseNotImplemented as e:
+        # another DDP exercise is a stub: every rank stops at the same point, before any
+        # bucket is launched, so the job can go on and report the hook's own results
+        out["ddp"] = {"missing": e.slot_id}
+        return out
     out["ddp"] = {"params": _params(model), "logs": logs, "buckets": ddp.bucket_assignment}
     return out
 
@@ -366,7 +369,6 @@ def _zero_ranks(spec: dict) -> dict:
         with dist.sub_world(p) as inside:
             if not inside:
                 continue
-            r = dist.get_rank()
             rows = []
             for case in spec["cases"]:
                 _case(f"ZeRO p={p} numels={case['numels']}")
