@@ -223,12 +223,12 @@ def ring_report(estimate, bench: dict, alpha: float, beta: float, nbytes: int) -
         lines.append(f"your estimate: {_fmt_seconds(est)}  (estimate / measured = "
                      f"{est / ring:.2f})")
     lines += ["", "Why they differ: on one machine a \"message\" is a copy through shared "
-                  "memory, so β is a memory bandwidth and the ring's additions (one pass over "
-                  "the data per step) cost about as much as the copies; the model counts the "
-                  "copies only. Ranks that share two cores also wait for each other to be "
-                  "scheduled. MPI_Allreduce chooses its algorithm by size (for small arrays "
-                  "one that sends fewer, larger-latency-free messages), which is why it wins "
-                  "where α dominates."]
+                  "memory, so β is a memory bandwidth. The model counts the copies only; the "
+                  "ring also adds every chunk it receives into its own (another pass over the "
+                  "data) and allocates its receive buffer, and ranks that share a few cores "
+                  "wait for each other to be scheduled. MPI_Allreduce picks its algorithm by "
+                  "size: for small arrays one with fewer steps than 2(p-1), which is why it "
+                  "wins where α dominates; for large ones a ring-like one, close to yours."]
     return "\n".join(lines)
 
 
