@@ -163,7 +163,7 @@ def checkpoint(function, *args, use_reentrant: bool | None = None, context_fn=No
     ctx.save_for_backward(*[a for _, a in tensor_args])
     ctx._positions = tuple(i for i, _ in tensor_args)
     ctx.next_functions = tuple(_edge(a) for _, a in tensor_args)
-    ctx._arg_meta = tuple((a._data.shape, a._data.dtype) for _, a in tensor_args)  # per edge
+    ctx._arg_meta = tuple((a._data.shape, a._data.dtype) for _, a in tensor_args)  # one per edge
     ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
     if output.grad_fn is not None or output.requires_grad:
         output = Tensor._wrap(output._data)   # never rewrite another tensor's history
