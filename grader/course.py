@@ -53,7 +53,7 @@ COURSE_FILE = ".mini-course.json"
 # Copied from a submission into the grading folder never (besides nbgrader's defaults):
 # packages that would shadow the grader's own imports in the kernel.
 IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grader", "numpy",
-          "cloudpickle", "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR]
+          "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR]
 
 
 class CourseError(Exception):
@@ -391,11 +391,54 @@ def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: boo
     if leaks:
         raise CourseError(f"release/{chapter} would leak solutions or hidden tests:\n" +
                           "\n".join(f"  {p}:{n}: {text}" for p, n, text in leaks[:20]))
+    answers = audit_release(out / "mini", chapter_number(chapter), Path(cfg["mini_src"]))
+    if answers:
+        raise CourseError(f"release/{chapter}/mini hands out working answers to chapter "
+                          f"{chapter_number(chapter)}'s exercises (a student could call them "
+                          f"instead of writing their own):\n" + "\n".join(f"  {a}" for a in answers))
     log(f"released {chapter}: {out}")
     return out
 
 
 # --------------------------------------------------------------------------- leaks
+
+#: What a student copy of mini could hand out for a slot: the names the audit tries
+#: (and ``fast:0``, ``fast:1``... for the fast paths registered for the slot).
+AUDIT_ACCESSORS = ("dispatch", "reference", "wrapped", "fallback", "slot_reference",
+                   "fast:0", "fast:1", "fast:2")
+
+
+def audit_release(student_mini: Path, chapter: int, mini_src: Path,
+                  timeout: float = 60.0) -> list[str]:
+    """Run every check of chapter ``chapter`` against what the released ``student_mini``
+    hands out for the slot -- the dispatching function with nothing registered,
+    ``mini.exercises.reference(slot)``, its ``__wrapped__``, ``.fallback`` and
+    ``.reference``, its registered fast paths, and every function the instructor's mini
+    registers as a ``fallback=`` of the slot -- in a worker (plain process: only trusted code runs) over that copy.
+    Returns one line per accessor that earns any points (an empty list: nothing to copy)."""
+    from grader.checks import checks_for_chapter, evaluate
+    from grader.checks.student import Student
+    from grader.sandbox import Sandbox
+    from grader.solutions import fallback_functions
+    from grader.workerproc import WorkerBackend
+
+    found = []
+    fallbacks = fallback_functions(mini_src, chapter)   # {slot: ["module:function", ...]}
+    slots = sorted(checks_for_chapter(chapter))
+    with WorkerBackend(Sandbox.none(), mini_dir=student_mini, cells=[],
+                       check_timeout=timeout) as backend:
+        for slot in slots:
+            accessors = list(AUDIT_ACCESSORS) + [f"obj:{f}" for f in fallbacks.get(slot, [])]
+            for how in accessors:
+                backend.begin_check()
+                if not backend.bind(slot, how):
+                    continue
+                verdict = evaluate(slot, Student(backend, slot))
+                if verdict.points > 0:
+                    found.append(f"{slot}: {how} earns {verdict.points:g} of "
+                                 f"{verdict.max_points:g} points")
+    return found
+
 
 def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
                source_dir: Path | None = None) -> list[tuple[str, int, str]]:
@@ -718,11 +761,11 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
     interrupted resumes where it stopped (``restart``: grade everyone again).  Without
     bubblewrap this refuses unless ``no_sandbox`` (then every run warns).  Returns
     ``{student: StudentResult}``."""
-    import subprocess
     import tempfile
+    import threading
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    from grader.batch import GradeSpec, backup_gradebook, merge_student, spec_json
+    from grader.batch import GradeSpec, Grader, backup_gradebook, merge_student, spec_json
     from grader.sandbox import Sandbox, SandboxUnavailable
 
     course_dir = _course_paths(course_dir)
@@ -802,6 +845,12 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MINI_GRADER", "NBGRADER"))}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
 
+    local = threading.local()
+    graders: list = []
+    futures: dict = {}
+    logs = course_dir / STATE_DIR / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+
     def run_child(s: str) -> tuple[dict, Path]:
         root = work / s
         root.mkdir()
@@ -810,58 +859,52 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
                          sandbox=box.kind, mini_dir=str(mini_dir), secret=secret, **settings)
         spec_path, result_path = root / "spec.json", root / "result.json"
         spec_path.write_text(spec_json(spec))
-        log_path = course_dir / STATE_DIR / "logs" / f"autograde-{chapter}-{s}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "grader.batch", str(spec_path),
-                                     str(result_path)], stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=env, cwd=str(root),
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=child_budget)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc)
-                return {"status": "timeout", "detail": f"grading took longer than "
-                        f"{child_budget:g} s and was stopped"}, root / "course"
-            except BaseException:
-                _kill_tree(proc)
-                raise
-        try:
-            return json.loads(result_path.read_text()), root / "course"
-        except (OSError, ValueError):
-            return {"status": "crashed", "detail": f"the grading process ended without a "
-                    f"result (exit status {proc.returncode})"}, root / "course"
+        grader = getattr(local, "grader", None)
+        if grader is None:
+            grader = local.grader = Grader(env, work, logs / f"autograde-{chapter}-{len(graders)}.log")
+            graders.append(grader)
+        return grader.grade(spec_path, result_path, child_budget), root / "course"
 
+    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(run_child, s): (s, d) for s, d in todo}
-            for fut in as_completed(futures):
-                s, digest = futures[fut]
-                try:
-                    result, private = fut.result()
-                except Exception as e:  # noqa: BLE001 - one submission never stops the batch
-                    result, private = {"status": "crashed", "detail": f"{type(e).__name__}: {e}"}, work / s
-                try:
-                    score, mx = merge_student(course_dir, chapter, s, private, result,
-                                              cfg["course_id"])
-                except Exception as e:  # noqa: BLE001
-                    result = {"status": "crashed", "detail": f"merging the grades failed: "
-                              f"{type(e).__name__}: {e}"}
-                    score, mx = float("nan"), float("nan")
-                res = StudentResult(s, str(result.get("status", "crashed")), score, mx,
-                                    str(result.get("detail", ""))[:500],
-                                    float(result.get("seconds", 0) or 0))
-                results[s] = res
-                statuses[s] = {"status": res.status, "detail": res.detail, "score": score,
-                               "max_score": mx, "graded_at": _timestamp()}
-                status_store.save(statuses)
-                journal["students"][s] = {"sha256": digest, "status": res.status}
-                journal_store.save(journal)
-                shutil.rmtree(work / s, ignore_errors=True)
-                log(f"{s}: {score:g} / {mx:g}  [{res.status}]" + (f"  {res.detail}" if res.detail else ""))
+        futures = {pool.submit(run_child, s): (s, d) for s, d in todo}
+        for fut in as_completed(futures):
+            s, digest = futures[fut]
+            try:
+                result, private = fut.result()
+            except Exception as e:  # noqa: BLE001 - one submission never stops the batch
+                result, private = {"status": "crashed", "detail": f"{type(e).__name__}: {e}"}, work / s
+            try:
+                score, mx = merge_student(course_dir, chapter, s, private, result,
+                                          cfg["course_id"])
+            except Exception as e:  # noqa: BLE001
+                result = {"status": "crashed", "detail": f"merging the grades failed: "
+                          f"{type(e).__name__}: {e}"}
+                score, mx = float("nan"), float("nan")
+            res = StudentResult(s, str(result.get("status", "crashed")), score, mx,
+                                str(result.get("detail", ""))[:500],
+                                float(result.get("seconds", 0) or 0))
+            results[s] = res
+            statuses[s] = {"status": res.status, "detail": res.detail, "score": score,
+                           "max_score": mx, "graded_at": _timestamp()}
+            status_store.save(statuses)
+            journal["students"][s] = {"sha256": digest, "status": res.status}
+            journal_store.save(journal)
+            shutil.rmtree(work / s, ignore_errors=True)
+            log(f"{s}: {score:g} / {mx:g}  [{res.status}]" + (f"  {res.detail}" if res.detail else ""))
         journal["complete"] = True
         journal_store.save(journal)
+    except BaseException:
+        # Ctrl-C (or anything else): what is merged stays, the rest is for the next run.
+        for fut in futures:
+            fut.cancel()
+        for grader in graders:
+            grader.close()
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for grader in graders:
+            grader.close()
         shutil.rmtree(work, ignore_errors=True)
     rejected = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}-rejected.json").load()
     counts: dict[str, int] = {}
@@ -873,18 +916,6 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
     if no_sandbox:
         log("WARNING: these grades were computed WITHOUT a sandbox (--no-sandbox).")
     return dict(sorted(results.items()))
-
-
-def _kill_tree(proc) -> None:
-    import signal as _signal
-    try:
-        os.killpg(proc.pid, _signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 # --------------------------------------------------------------------------- feedback, grades

@@ -33,17 +33,22 @@ BEGIN_HIDDEN = "BEGIN HIDDEN TESTS"
 END_HIDDEN = "END HIDDEN TESTS"
 
 
-def hidden_region_lines(source: str) -> list[str]:
-    """The stripped, non-empty lines inside a cell's hidden-test regions."""
-    out, inside = [], False
+def split_hidden(source: str) -> tuple[list[str], list[str]]:
+    """(the lines outside the hidden-test regions, the lines inside them), markers left out."""
+    outside, inside, hidden = [], [], False
     for line in source.split("\n"):
         if BEGIN_HIDDEN in line:
-            inside = True
+            hidden = True
         elif END_HIDDEN in line:
-            inside = False
-        elif inside and line.strip():
-            out.append(line.strip())
-    return out
+            hidden = False
+        else:
+            (inside if hidden else outside).append(line)
+    return outside, inside
+
+
+def hidden_region_lines(source: str) -> list[str]:
+    """The stripped, non-empty lines inside a cell's hidden-test regions."""
+    return [line.strip() for line in split_hidden(source)[1] if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -179,4 +184,6 @@ def grade_notebook(submitted, source, *, sandbox: Sandbox, mini_dir: Path | None
     finally:
         report = backend.worker.load_report
         backend.close()
+        if backend.worker.memory_events and "memory" not in backend.statuses:
+            backend.statuses.append("memory")   # the limit was hit, even if the worker lived
     return NotebookGrade(cells, list(backend.statuses), report, time.monotonic() - start)

@@ -37,9 +37,9 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.preprocessors.execute import Execute
-from traitlets import Float, Integer, Unicode
+from traitlets import Dict, Float, Integer, Unicode
 
-from grader.grading import BEGIN_HIDDEN, END_HIDDEN, hidden_region_lines
+from grader.grading import BEGIN_HIDDEN, END_HIDDEN, hidden_region_lines, split_hidden
 
 __all__ = ["SandboxedExecute", "ResilientExecute", "TrustedVerdicts", "ScrubHiddenTests",
            "hidden_lines", "remove_hidden", "cap_outputs", "make_sandbox"]
@@ -58,15 +58,7 @@ def _stream(text: str, name: str = "stdout") -> NotebookNode:
 
 def remove_hidden(source: str) -> str:
     """``source`` without its hidden-test regions (markers included)."""
-    out, inside = [], False
-    for line in source.split("\n"):
-        if BEGIN_HIDDEN in line:
-            inside = True
-        elif END_HIDDEN in line:
-            inside = False
-        elif not inside:
-            out.append(line)
-    return "\n".join(out)
+    return "\n".join(split_hidden(source)[0])
 
 
 def _output_size(out) -> int:
@@ -126,6 +118,11 @@ class SandboxedExecute(Execute):
 
     max_restarts = Integer(8, help="Give up on a notebook (remaining cells score 0) after "
                                    "this many kernel restarts").tag(config=True)
+    error_on_timeout = Dict(default_value={
+        "ename": "CellTimeoutError",
+        "evalue": "the cell did not finish within its time limit and was interrupted",
+        "traceback": ["CellTimeoutError: the cell did not finish within its time limit and was "
+                      "interrupted"]}).tag(config=True)
     sandbox = Unicode("auto", help="'bwrap', 'none' (no confinement) or 'auto'").tag(config=True)
     mini_dir = Unicode("", help="The chapter's student copy of mini (source/<chapter>/mini), "
                                 "read-only as mini/ in the kernel's folder").tag(config=True)
@@ -212,6 +209,20 @@ class SandboxedExecute(Execute):
 
         NotebookClient.__init__(self, nb, None)
         self.timeout_func = timeout_func
+        # A last resort: whatever nbclient waits for, the kernel dies when the notebook's
+        # budget (and a grace period) is over, which ends every wait on it.
+        self._watchdog_fired = False
+
+        def watchdog():
+            self._watchdog_fired = True
+            proc = getattr(getattr(self.km, "provisioner", None), "sandbox_process", None)
+            if proc is not None:
+                proc.kill()
+
+        import threading
+        timer = threading.Timer(self.notebook_timeout + 60, watchdog)
+        timer.daemon = True
+        timer.start()
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         replay: list[int] = []
@@ -226,12 +237,18 @@ class SandboxedExecute(Execute):
                 cells = self.nb.cells
                 while index < len(cells):
                     cell = cells[index]
-                    if time.monotonic() - started >= self.notebook_timeout:
+                    if time.monotonic() - started >= self.notebook_timeout or self._watchdog_fired:
                         self.events.append({"cell": index, "event": "budget"})
                         self._give_up(index, "not run: the time budget for this notebook "
                                              f"({self.notebook_timeout:g} s) ran out")
                         break
                     broken = self._run_cell(cell, resources, index)
+                    if broken and (self._watchdog_fired or
+                                   time.monotonic() - started >= self.notebook_timeout):
+                        self.events.append({"cell": index, "event": "budget"})
+                        self._give_up(index + 1, "not run: the time budget for this notebook "
+                                                 f"({self.notebook_timeout:g} s) ran out")
+                        break
                     if broken:
                         restarts += 1
                         self.log.warning("cell %d %s; restarting the kernel (%d)", index, broken, restarts)
@@ -244,6 +261,10 @@ class SandboxedExecute(Execute):
                         replay.append(index)
                     index += 1
         finally:
+            timer.cancel()
+            if self.km is not None and hasattr(self.km, "memory_exceeded") and \
+                    self.km.memory_exceeded() and not any(e["event"] == "memory" for e in self.events):
+                self.events.append({"cell": None, "event": "memory"})
             for i, n in self._dropped.items():
                 if i < len(self.nb.cells):
                     self.nb.cells[i].setdefault("outputs", []).append(
@@ -412,6 +433,8 @@ class TrustedVerdicts(NbGraderPreprocessor):
             if kind == "error":
                 if o.get("ename") in ("CellTimeoutError", "DeadKernelError", "NotRunError"):
                     text = f"{o.get('ename')}: {o.get('evalue', '')}"
+                elif o.get("ename") == "KeyboardInterrupt":
+                    text = "interrupted: the cell ran out of time"
                 else:
                     text = f"visible test: {o.get('ename', 'Error')}: {o.get('evalue', '')}"
                 outs.append(_stream(text.rstrip() + "\n"))

@@ -17,7 +17,8 @@ What the sandbox shows (bubblewrap, ``--unshare-all``):
   chapter, the worker package); an editable install of this project and any installed copy of
   ``mini`` or ``grader`` in the environment are hidden, so neither the instructor's ``mini`` nor
   the grader's checks can be imported;
-- writable: the scratch folder, at ``/grading`` (the working directory), and a small ``/tmp``;
+- writable: the scratch folder, at ``/grading`` (the working directory), and ``/tmp``
+  (memory, counted in the sandbox's limit); the rest of the file tree is read-only;
 - nothing else: no ``/etc``, no home, no course folder, no network, its own PID namespace
   (``/proc`` shows only the sandbox), a new session (no controlling terminal), no
   capabilities, no nested user namespaces, user ``nobody``, and a fresh environment
@@ -487,7 +488,7 @@ class Sandbox:
         for host, inside in writable.items():
             inside = inside if str(inside).startswith("/") else f"{INSIDE_SCRATCH}/{inside}"
             cmd += ["--bind", str(Path(host).resolve()), str(inside)]
-        cmd += ["--chdir", cwd or INSIDE_SCRATCH]
+        cmd += ["--remount-ro", "/", "--chdir", cwd or INSIDE_SCRATCH]
         for key, value in env.items():
             cmd += ["--setenv", key, value]
         return cmd + ["--"] + list(argv)

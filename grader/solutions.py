@@ -13,7 +13,9 @@ of chapter N become ``raise ExerciseNotImplemented("NN.name")``, regions of late
 ``raise ExerciseNotImplemented("NN.name", future=True)``, earlier chapters keep their
 references (catch-up references).  The stand-ins registered as ``fallback=`` of chapter N's
 slots (numpy doing the work while a chapter is unreleased) are stubbed too, and the
-``fallback=`` itself dropped: the release of a chapter ships no working answer to it.
+``fallback=`` itself dropped; so are the fast paths registered with ``@fast_path`` for
+chapter N's slots (they run only where the reference runs, which a release of chapter N
+never does): the release of a chapter ships no working answer to it.
 """
 from __future__ import annotations
 
@@ -319,6 +321,87 @@ def _fallback_targets(package_dir: Path, chapter: int) -> dict[Path, dict[str, s
     return out
 
 
+def fallback_functions(package_dir: str | Path, chapter: int) -> dict[str, list[str]]:
+    """``{slot: ["mini.module:function", ...]}``: the functions the package at ``package_dir``
+    registers as ``fallback=`` of chapter ``chapter``'s slots."""
+    package_dir = Path(package_dir)
+    out: dict[str, list[str]] = {}
+    for path, names in _fallback_targets(package_dir, chapter).items():
+        rel = path.relative_to(package_dir).with_suffix("")
+        parts = [package_dir.name] + [p for p in rel.parts if p != "__init__"]
+        for name, slot in names.items():
+            out.setdefault(slot, []).append(f"{'.'.join(parts)}:{name}")
+    return out
+
+
+def _decorator_name(dec: ast.expr) -> str | None:
+    if not isinstance(dec, ast.Call):
+        return None
+    f = dec.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def _str_tuple(node: ast.expr | None) -> tuple[str, ...]:
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return ()
+
+
+def _ops_built_on(package_dir: Path, chapter: int) -> set[str]:
+    """Names of the ops marked ``@has_fast_path(name, slots=(...))`` with a slot of chapter
+    ``chapter`` among their slots (their fast paths compute that chapter's answers too)."""
+    out = set()
+    for p in _python_files(package_dir):
+        source = p.read_text()
+        if "has_fast_path" not in source:
+            continue
+        for node in ast.walk(ast.parse(source, filename=str(p))):
+            for dec in getattr(node, "decorator_list", []):
+                if _decorator_name(dec) == "has_fast_path" and dec.args and \
+                        isinstance(dec.args[0], ast.Constant):
+                    slots = next((_str_tuple(k.value) for k in dec.keywords if k.arg == "slots"), ())
+                    if any(_SLOT.match(x) and int(x[:2]) == chapter for x in slots):
+                        out.add(dec.args[0].value)
+    return out
+
+
+def _fast_paths_of(tree: ast.Module, chapter: int, ops: set[str] = frozenset()) -> dict[str, tuple[str, list]]:
+    """``{function name: (slot, decorator nodes)}`` for the top-level functions decorated
+    ``@fast_path(target, ...)`` where the target is a slot of chapter ``chapter`` or an op
+    built on one (``ops``), or whose ``also=`` names such a slot."""
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for dec in node.decorator_list:
+            if _decorator_name(dec) != "fast_path" or not dec.args:
+                continue
+            a = dec.args[0]
+            if not (isinstance(a, ast.Constant) and isinstance(a.value, str)):
+                continue
+            also = next((_str_tuple(k.value) for k in dec.keywords if k.arg == "also"), ())
+            ours = [x for x in (a.value,) + also if _SLOT.match(x) and int(x[:2]) == chapter]
+            if ours or a.value in ops:
+                out.setdefault(node.name, (ours[0] if ours else f"{chapter:02d}.{a.value}", []))[1].append(dec)
+    return out
+
+
+def _strip_fast_paths(source: str, path: str, chapter: int, ops: set[str]) -> str:
+    """``source`` without the fast paths of chapter ``chapter``'s slots (and of the ops
+    built on them): their decorators removed (nothing registers them) and their bodies
+    stubbed (nothing to call)."""
+    tree = ast.parse(source, filename=path)
+    found = _fast_paths_of(tree, chapter, ops)
+    if not found:
+        return source
+    lines = source.splitlines(keepends=True)
+    decorators = sorted((d for _, decs in found.values() for d in decs),
+                        key=lambda d: d.lineno, reverse=True)
+    for dec in decorators:   # the decorator's own lines, "@" included
+        del lines[dec.lineno - 1:dec.end_lineno]
+    return _stub_functions("".join(lines), path, {name: slot for name, (slot, _) in found.items()})
+
+
 def _drop_fallbacks(source: str, path: str, chapter: int) -> str:
     """``source`` with ``fallback=...`` removed from chapter ``chapter``'s ``@exercise``."""
     tree = ast.parse(source, filename=path)
@@ -401,6 +484,7 @@ def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> lis
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "_release.py"))
     stubbed: list[str] = []
     targets = _fallback_targets(dst, int(chapter))
+    ops = _ops_built_on(dst, int(chapter))
     for p in _python_files(dst):
         source = p.read_text()
         new = source
@@ -408,6 +492,8 @@ def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> lis
             new = _stub_functions(new, str(p), targets[p])
         if "fallback" in new:
             new = _drop_fallbacks(new, str(p), int(chapter))
+        if "fast_path" in new:
+            new = _strip_fast_paths(new, str(p), int(chapter), ops)
         if BEGIN in new:
             new, slots = strip_source(new, str(p), int(chapter))
             stubbed += slots

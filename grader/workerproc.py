@@ -48,6 +48,25 @@ class _DeadlineReader:
                 return os.read(self.fd, min(n, 1 << 20))
 
 
+def _write_by(fd: int, data: bytes, deadline: float | None) -> None:
+    """Write all of ``data`` to the pipe ``fd`` before ``deadline`` (``TimeoutError``):
+    a worker that stops reading cannot block the grader."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError
+        _, ready, _ = select.select([], [fd], [], left)
+        if not ready:
+            continue
+        try:
+            n = os.write(fd, view[: 1 << 16])
+        except BlockingIOError:
+            continue
+        view = view[n:]
+
+
 class WorkerProcess:
     """One sandboxed worker (see the module docstring).  ``mini_dir`` is the student copy of
     mini it imports (``None``: whatever ``import mini`` finds, only for a trusted reference
@@ -66,6 +85,7 @@ class WorkerProcess:
         self.scratch: Path | None = None
         self._reader: _DeadlineReader | None = None
         self.load_report: list[dict] = []
+        self.memory_events = 0   # workers that hit the memory limit (even if they survived)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, cells: list[dict] | None = None, timeout: float | None = None) -> list[dict]:
@@ -110,6 +130,7 @@ class WorkerProcess:
             except OSError:
                 pass
             self.proc.kill()
+            self.memory_events += int(self.proc.memory_exceeded())
             for stream in (self.proc.popen.stdout,):
                 try:
                     stream.close()
@@ -128,9 +149,12 @@ class WorkerProcess:
         if self.proc is None:
             raise WorkerLost("died", "the process running your code is not running")
         try:
-            data = codec.pack(msg)
-            self.proc.popen.stdin.write(data)
-            self.proc.popen.stdin.flush()
+            _write_by(self.proc.popen.stdin.fileno(), codec.pack(msg), deadline)
+        except TimeoutError:
+            self.close()
+            raise WorkerLost("timeout", "your code did not finish in the time the grader allows "
+                                        "and was stopped (it stopped reading the grader's "
+                                        "requests)") from None
         except (BrokenPipeError, OSError):
             raise self._lost() from None
         self._reader.deadline = deadline

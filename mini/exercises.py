@@ -197,16 +197,16 @@ def runs_reference(slot_id: str) -> bool:
     return ok
 
 
-def implemented(slot_id: str) -> bool:
-    """True when reaching ``slot_id`` runs code rather than a release stub: a student
-    implementation is registered, or the reference is mini's solution."""
-    return slot_id in _ACTIVE or runs_reference(slot_id)
-
-
 def _is_stub(fn: Callable) -> bool:
     """True for a reference replaced by ``raise ExerciseNotImplemented(...)`` in a release."""
     code = getattr(fn, "__code__", None)
     return code is not None and "ExerciseNotImplemented" in code.co_names
+
+
+def implemented(slot_id: str) -> bool:
+    """True when reaching ``slot_id`` runs code rather than a release stub: a student
+    implementation is registered, or the reference is mini's solution."""
+    return slot_id in _ACTIVE or runs_reference(slot_id)
 
 
 def reference(slot_id: str) -> Callable:

@@ -25,6 +25,8 @@ from grader.checks.helpers import (CheckFailed, call, call_text, describe, expec
                                    expect_choice, expect_int, expect_raises, expect_tuple_of_ints,
                                    fail, raised_as_failure, rng)
 
+CANARY = "mini-grader-canary: hidden checks of chapter 03 (never in feedback)"
+
 # Points, the one source: `mini-course build` prices the notebook's test cells and its
 # "What you build" table from this dict (100 in all for the chapter).
 POINTS = {

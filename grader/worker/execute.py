@@ -72,8 +72,9 @@ def registered(slot: str | None, impl: Any):
         known = slot in ex._SLOTS or slot in ex.slots()
     except Exception:  # noqa: BLE001
         known = False
-    if not known or ex._ACTIVE.get(slot) is impl:
-        yield
+    dispatcher = getattr(impl, "slot_id", None) == slot and hasattr(impl, "on")
+    if not known or dispatcher or ex._ACTIVE.get(slot) is impl:
+        yield  # (mini's own dispatching function for the slot runs what is registered)
         return
     before = ex._ACTIVE.get(slot)
     ex.implement(slot)(impl)

@@ -28,10 +28,20 @@ __all__ = ["main", "serve"]
 
 
 def _accessor(slot: str, how: str):
-    """What ``mini`` hands out for ``slot`` under the name ``how`` (for the release audit)."""
+    """What ``mini`` hands out for ``slot`` under the name ``how`` (for the release audit):
+    ``dispatch``, ``reference``, ``wrapped``, ``fallback``, ``slot_reference``,
+    ``obj:module:name`` for a module-level function, ``fast:k`` for the k-th fast path
+    registered for the slot."""
     import importlib
 
     import mini.exercises as ex
+    if how.startswith("obj:"):
+        module_name, _, name = how[4:].partition(":")
+        return getattr(importlib.import_module(module_name), name, None)
+    if how.startswith("fast:"):
+        paths = getattr(ex, "registered_fast_paths", dict)().get(slot, [])
+        k = int(how[5:])
+        return paths[k].fn if k < len(paths) else None
     info = ex.slots()[slot]
     if how == "reference":
         return ex.reference(slot)

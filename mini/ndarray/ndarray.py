@@ -14,7 +14,7 @@ import numpy as np
 
 from mini.backends import get_backend
 from mini.ndarray import strides as S
-from mini.ndarray._numpy_fallbacks import compact_strides as _compact_strides_cached
+from mini.ndarray._numpy_fallbacks import row_major as _compact_strides_cached
 from mini.ndarray.dtypes import as_dtype, result_dtype, bool_, _BY_NUMPY
 
 _new_ndarray = object.__new__

@@ -96,47 +96,27 @@ def test_im2col_view_is_free_and_matrix_copies():
     assert cols.nbytes / x.nbytes == pytest.approx(2 * 36 * 27 / (2 * 3 * 64))
 
 
-NOTEBOOK_STYLE = r'''
-import numpy as np
-from mini.utils.cpp_extension import load_inline
-
-def omp_add(a, b):
-    source = r"""
-    void add(py::array_t<float> a, py::array_t<float> b, py::array_t<float> out) {
-        const float* pa = a.data(); const float* pb = b.data(); float* po = out.mutable_data();
-        const int64_t n = out.size();
-        #pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
-    }
-    """
-    if a.dtype != np.float32 or b.dtype != np.float32:
-        raise TypeError("float32 only")
-    if a.shape != b.shape:
-        raise ValueError("shapes differ")
-    ext = load_inline("omp_add", source, functions=["add"])
-    out = np.empty(a.shape, np.float32)
-    ext.add(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
-    return out
-'''
-
-
 def test_a_kernel_written_in_a_cell_is_graded_in_the_sandbox(tmp_path):
-    """The cell's text (C++ source inside) runs in the sandboxed worker with the chapter's
-    student copy of mini, is compiled there, and passes its check."""
+    """The notebook's setup and omp_add cells (C++ source inside the function), as text,
+    run in the sandboxed worker with the chapter's student copy of mini; the kernel is
+    compiled there and passes its check."""
+    import nbformat
     from grader.checks import evaluate
     from grader.checks.student import Student
     from grader.course import default_mini_src
+    from grader.grading import answer_cells
     from grader.sandbox import Sandbox, SandboxUnavailable
     from grader.solutions import strip_package
     from grader.workerproc import WorkerBackend
+    from helpers import notebook_of
     try:
         box = Sandbox.detect()
     except SandboxUnavailable as e:
         pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
     strip_package(default_mini_src(), tmp_path / "mini", 4)
-    cells = [{"grade_id": "04_setup", "source": "import numpy as np\n"
-              "from mini.utils.cpp_extension import load_inline"},
-             {"grade_id": "04_omp_add_code", "source": NOTEBOOK_STYLE}]
+    nb = nbformat.read(str(notebook_of("04_hardware")), as_version=4)
+    cells = [c for c in answer_cells(nb, nb) if c["grade_id"] in ("04_setup", "04_omp_add_code")]
+    assert len(cells) == 2
     with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240) as be:
         be.begin_check()
         verdict = evaluate("04.omp_add", Student(be, "04.omp_add", "omp_add"))

@@ -386,3 +386,64 @@ def test_workspace_never_overwrites_and_grows(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in ws.rglob("*") if p.is_file()}
     course.workspace(ws, course_src=src, log=quiet)    # nothing to do: nothing touched
     assert before == {p: p.stat().st_mtime_ns for p in ws.rglob("*") if p.is_file()}
+
+
+# --------------------------------------------------------------------------- release audit
+
+@pytest.mark.nbgrader
+def test_release_refuses_a_student_mini_that_hands_out_answers(graded_fixture, tmp_path):
+    """The released chapter's slots are stubs and their numpy stand-ins too; a mini in which
+    some accessor still answers (here: a leftover __wrapped__) makes the release fail."""
+    d = copy_course(graded_fixture, tmp_path)
+    rel_mini = d / "release" / FIXTURE_CHAPTER / "mini"
+    shipped = (rel_mini / "ndarray" / "_numpy_fallbacks.py").read_text()
+    assert 'raise ExerciseNotImplemented("03.compact")' in shipped        # stand-ins stubbed
+    assert "def row_major" in shipped                                     # mini's own helper kept
+    assert "fallback=" not in (rel_mini / "ndarray" / "strides.py").read_text()
+    strides = d / "source" / FIXTURE_CHAPTER / "mini" / "ndarray" / "strides.py"
+    strides.write_text(strides.read_text() + "\ncompact_strides.__wrapped__ = _fallback.row_major\n")
+    with pytest.raises(CourseError, match=r"03\.compact_strides: wrapped earns 8 of 8"):
+        course.release("03", d, log=quiet)
+
+
+# --------------------------------------------------------------------------- batch
+
+@pytest.mark.nbgrader
+def test_an_interrupted_run_resumes_and_the_gradebook_is_backed_up(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    before = {(r["student"], r["grade_id"]): r["score"] for r in course.grades(d)}
+    merged = []
+
+    def interrupt_after_one(line):
+        if "[" in line and "/" in line:
+            merged.append(line.split(":")[0])
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        course.autograde(FIXTURE_CHAPTER, d, jobs=1, restart=True, log=interrupt_after_one)
+    assert len(merged) == 1
+    backups = sorted((d / ".mini-grader" / "backup").glob("gradebook-*.db"))
+    assert backups
+    import sqlite3
+    con = sqlite3.connect(str(backups[-1]))
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert con.execute("SELECT count(*) FROM grade").fetchone()[0] > 0
+    finally:
+        con.close()
+    lines = []
+    results = course.autograde(FIXTURE_CHAPTER, d, jobs=2, log=lines.append)
+    assert any("resuming an interrupted run: 1 of" in l for l in lines)
+    assert results[merged[0]].resumed
+    assert sum(not r.resumed for r in results.values()) == len(results) - 1
+    after = {(r["student"], r["grade_id"]): r["score"] for r in course.grades(d)}
+    assert after == before                      # the same grades, whichever run made them
+
+
+@pytest.mark.nbgrader
+def test_grading_again_gives_the_same_grades(graded_fixture, tmp_path):
+    d = copy_course(graded_fixture, tmp_path)
+    first = course.grades(d)
+    course.autograde(FIXTURE_CHAPTER, d, student="wrong", restart=True, log=quiet)
+    course.autograde(FIXTURE_CHAPTER, d, student="solution", restart=True, log=quiet)
+    assert course.grades(d) == first

@@ -19,7 +19,7 @@ from grader.checks.student import Student, WorkerLost
 from grader.hidden import run_check
 from grader.sandbox import Limits, Sandbox, SandboxUnavailable
 from grader.workerproc import WorkerBackend, WorkerProcess
-from grader_helpers import student_source
+from grader_helpers import processes_with, student_source
 
 SLOT = "03.compact_strides"
 
@@ -60,18 +60,6 @@ def run_in(box, tmp_path, code: str, *, limits=Limits(), env=None, timeout=60, r
     finally:
         proc.kill()
     return rc, out, proc
-
-
-def _processes_with(token: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if token.encode() in (d / "cmdline").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                pass
-    return found
 
 
 # --------------------------------------------------------------------------- the sandbox
@@ -196,10 +184,10 @@ time.sleep(60)
     deadline = time.monotonic() + 30
     while not late.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert late.exists() and _processes_with(token), "the escapee never started"
+    assert late.exists() and processes_with(token), "the escapee never started"
     proc.kill()
     time.sleep(0.3)
-    assert not _processes_with(token)
+    assert not processes_with(token)
     before = late.stat().st_mtime_ns
     time.sleep(0.4)
     assert late.stat().st_mtime_ns == before   # nothing writes after the kill
@@ -424,3 +412,24 @@ def test_worker_process_reports_cells_that_raise(box, student_mini):
     finally:
         w.close()
     assert w.proc is None
+
+
+def test_run_check_in_a_workspace_kernel_takes_the_reference_from_the_installed_mini(tmp_path):
+    """In a learner's kernel, ``mini`` is the chapter's student copy (no references); a
+    scenario check gets its expected observations from a plain process over the installed
+    mini, and a right answer written in the notebook passes."""
+    from grader.course import default_mini_src
+    from grader.solutions import reference_regions, strip_package
+    strip_package(default_mini_src(), tmp_path / "mini", 5)
+    body = reference_regions(default_mini_src())["05.save_checkpoint"][1]
+    cell = ("import os, tempfile\nimport mini\nfrom mini import serialization\n"
+            "def save_checkpoint(path, model, optimizer, scheduler=None, loader=None, step=0):\n"
+            + "".join("    " + line + "\n" for line in body.splitlines()))
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+            "import mini\nassert mini.__file__.startswith(%r), mini.__file__\n" % str(tmp_path)
+            + cell + "from grader.hidden import run_check\n"
+            "run_check('05.save_checkpoint', save_checkpoint)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "05.save_checkpoint: hidden tests passed" in r.stdout

@@ -138,9 +138,16 @@ def test_strip_package_makes_an_importable_student_copy(tmp_path):
         from mini.exercises import ExerciseNotImplemented, slots
         assert mini.__file__.startswith(sys.path[0]), mini.__file__
         print("chapter", mini._release.CHAPTER)
+        from mini.exercises import reference
         from mini.ndarray import strides as S
+        # a stub hands out nothing: no .reference, no __wrapped__, reference() raises
+        assert S.compact_strides.reference is None and not hasattr(S.compact_strides, "__wrapped__")
         try:
-            S.compact_strides.reference((2, 3))
+            reference("03.compact_strides")
+        except ExerciseNotImplemented as e:
+            print("no reference", e.slot_id)
+        try:
+            slots()["03.compact_strides"].reference((2, 3))
         except ExerciseNotImplemented as e:
             print("stub", e.slot_id, e.future)
         catch_up = [s for s in slots() if s < "03"]
@@ -149,16 +156,16 @@ def test_strip_package_makes_an_importable_student_copy(tmp_path):
         print("catch-up", len(catch_up))
         '''))
     assert "chapter 3" in out and "stub 03.compact_strides False" in out
+    assert "no reference 03.compact_strides" in out
 
 
 def test_strip_package_future_chapters_and_refusal(tmp_path):
     dst = tmp_path / "mini"
     strip_package(MINI, dst, 2)
     out = _run_in_copy(tmp_path, textwrap.dedent('''
-        from mini.exercises import ExerciseNotImplemented
-        from mini.ndarray import strides as S
+        from mini.exercises import ExerciseNotImplemented, slots
         try:
-            S.compact_strides.reference((2, 3))
+            slots()["03.compact_strides"].reference((2, 3))
         except ExerciseNotImplemented as e:
             print("future", e.future)
         '''))

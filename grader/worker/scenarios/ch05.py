@@ -4,8 +4,8 @@ of a complete little training job.
 The job has every kind of state -- parameters and a buffer, optimizer moments, a schedule,
 random masks drawn from mini's generator, a shuffled loader -- built only from parts of mini
 that are not chapter-05 exercises (SGD with momentum, StepLR, a running-mean layer and a
-noise layer written here), so a checkpoint exercise is checked on its own, whatever the
-student's other chapter-05 answers do.
+noise layer written here, the parameters found by a walk of its own), so a checkpoint
+exercise is checked on its own, whatever the student's other chapter-05 answers do.
 """
 from __future__ import annotations
 
@@ -89,6 +89,23 @@ def named_parameters(impl, *, prefixes: list) -> list:
 
 # --------------------------------------------------------------------------- checkpoints
 
+def _parameters(model) -> list:
+    """The model's parameters, each once, by a walk of its own (``model.parameters()`` runs
+    the 05.parameters exercise, which this scenario must not depend on)."""
+    out, seen, stack, mods = [], set(), [model], set()
+    while stack:
+        mod = stack.pop(0)
+        if id(mod) in mods:
+            continue
+        mods.add(id(mod))
+        for p in mod._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        stack.extend(c for c in mod._modules.values() if c is not None)
+    return out
+
+
 def _job(seed: int):
     mini = _mini()
     from mini import nn
@@ -124,7 +141,7 @@ def _job(seed: int):
     targets = np.eye(3, dtype=np.float32)[y]
     mini.manual_seed(seed)
     model = nn.Sequential(nn.Linear(4, 12), RunningMean(12), nn.ReLU(), Noise(), nn.Linear(12, 3))
-    opt = SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=0.01)
+    opt = SGD(_parameters(model), lr=0.05, momentum=0.9, weight_decay=0.01)
     sched = StepLR(opt, step_size=4, gamma=0.5)
     loader = DataLoader(TensorDataset(mini.tensor(x), mini.tensor(targets)), batch_size=8,
                         shuffle=True)
@@ -153,7 +170,7 @@ def _run(job, start: int, stop: int) -> list[float]:
 
 
 def _weights(model) -> list:
-    return [p._data.numpy().copy() for p in model.parameters()] + \
+    return [p._data.numpy().copy() for p in _parameters(model)] + \
         [b._data.numpy().copy() for b in model.buffers()]
 
 

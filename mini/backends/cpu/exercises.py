@@ -3,9 +3,9 @@
 Each slot is a plain Python function, numpy arrays in and out, whose body holds the C++
 source of its kernel as a string and builds it with
 :func:`mini.utils.cpp_extension.load_inline` (cached by a hash of the source, so only the
-first call compiles).  Keeping the source inside the function is what lets a kernel
-travel: the grader pickles the *function* (cloudpickle), and in its sandbox the same
-source hits the same cache.  A compiled module itself could not be pickled.
+first call compiles).  Keeping the source inside the function keeps the whole answer in
+its cell: the grader's sandboxed worker runs the notebook's answer cells as text, and the
+same source hits the same cache there.
 
 Slots (float32 unless said otherwise; inputs may be views with any strides):
 
