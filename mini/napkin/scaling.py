@@ -293,12 +293,15 @@ def timed_steps(compute_seconds: float, slow_rank: int | None = None, slowdown: 
     """Synchronous data-parallel steps with a simulated compute phase (a sleep of
     ``compute_seconds``; ``slowdown`` times that on ``slow_rank``), each ending with an
     all-reduce of ``nbytes``.  Returns this rank's ``compute`` and ``step`` seconds per
-    step: every rank's step lasts as long as the slowest rank's compute."""
+    step: every rank's step lasts as long as the slowest rank's compute.  ``computed`` and
+    ``reduced`` are the ``time.perf_counter()`` moments each step's compute and all-reduce
+    ended (one clock for every process of a machine): no rank's all-reduce of step k ends
+    before the slowest rank has computed step k."""
     from mini import distributed as dist
     from mini.autograd.tensor import Tensor
     rank = dist.get_rank()
     grad = Tensor(np.ones(max(int(nbytes) // 4, 1), dtype=np.float32))
-    compute, step = [], []
+    compute, step, computed, reduced = [], [], [], []
     dist.barrier()
     for _ in range(int(steps)):
         start = time.perf_counter()
@@ -308,7 +311,10 @@ def timed_steps(compute_seconds: float, slow_rank: int | None = None, slowdown: 
         end = time.perf_counter()
         compute.append(mid - start)
         step.append(end - start)
-    return {"rank": rank, "compute": compute, "step": step}
+        computed.append(mid)
+        reduced.append(end)
+    return {"rank": rank, "compute": compute, "step": step, "computed": computed,
+            "reduced": reduced}
 
 
 def measure_training_memory(numels: Sequence[int], zero: bool, lr: float = 1e-3) -> dict:

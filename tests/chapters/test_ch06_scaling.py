@@ -48,13 +48,14 @@ def test_training_memory_is_16_bytes_per_parameter_or_zero_1s_share(measured):
 
 
 def test_a_straggler_sets_every_ranks_step(measured):
-    # rank 1 computes (sleeps) 4 × 10 ms; an all-reduce ends each step, so no rank's step can
-    # be shorter than rank 1's compute, up to the skew between the ranks' step starts
-    slow = min(measured[1]["steps"]["compute"])
-    assert slow >= 0.04
+    """Rank 1 computes 4 × longer.  Proved by order, not by durations: on one clock (the
+    ranks share a machine), every rank's all-reduce of step k ends after rank 1 finished
+    computing step k."""
+    slow = measured[1]["steps"]
+    assert min(slow["compute"]) >= 0.04                     # it slept 4 × 10 ms
     for m in measured:
-        assert all(s >= 0.75 * slow for s in m["steps"]["step"][1:])
-    assert max(measured[0]["steps"]["compute"]) < slow
+        s = m["steps"]
+        assert all(end >= done for end, done in zip(s["reduced"], slow["computed"], strict=True))
 
 
 def test_allreduce_benchmark_reports_both_algorithms_on_every_rank(measured):
