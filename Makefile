@@ -1,18 +1,34 @@
 # mini: `make lab` runs the course, `make test` runs the test suite.
 #
-# Each target sets itself up: it creates .venv with python3 (>= 3.10) if it is missing,
-# installs this package editable with its pinned dependencies, and builds the C++
-# kernels.  Nothing is reinstalled unless pyproject.toml, setup.py or the C++ sources
-# change (the stamp file .venv/.mini-installed records the last install).
+# Each target sets itself up: it creates .venv with a supported Python (see PY_MIN and
+# PY_MAX) if it is missing, installs this package editable with its pinned dependencies,
+# and builds the C++ kernels.  Nothing is reinstalled unless pyproject.toml, setup.py or
+# the C++ sources change (the stamp file .venv/.mini-installed records the last install).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := install
 
-# The first of these that is Python >= 3.10 creates the venv (override: make PYTHON=...).
-PYTHON ?= $(shell for p in python3 python3.14 python3.13 python3.12 python3.11 python3.10; do \
-            if command -v $$p >/dev/null 2>&1 && \
-               $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then \
-              echo $$p; exit 0; fi; done; echo python3)
+ifeq ($(OS),Windows_NT)
+$(error mini needs Linux or macOS (make, a POSIX shell, g++ or clang++). On Windows use WSL2: in PowerShell run `wsl --install -d Ubuntu`, open Ubuntu, run `sudo apt install make g++ python3-venv git`, clone the repository inside Ubuntu (under ~, not /mnt/c) and run make there. Open the printed JupyterLab address in your Windows browser)
+endif
+
+# The Python versions mini supports: those every pinned dependency has a wheel for
+# (numpy 2.4.6 and ipykernel 7.4.0 have none for 3.10; numpy 2.4.6 and torch 2.13.0 none
+# for 3.15).  pyproject.toml's requires-python, environment.yml and the README say the
+# same; tests/test_environment.py checks that, and asks the package index for a wheel of
+# every pin on every version in the range.
+PY_MIN := 3.11
+PY_MAX := 3.14
+PY_RANGE := Python $(PY_MIN) to $(PY_MAX)
+comma := ,
+PY_SUPPORTED := import sys; sys.exit(not ($(subst .,$(comma),$(PY_MIN))) <= sys.version_info[:2] <= ($(subst .,$(comma),$(PY_MAX))))
+
+# The interpreter that creates .venv: python3 if its version is supported, else the
+# newest supported python3.X on PATH (override: make PYTHON=/path/to/python3.12).
+PYTHON ?= $(shell for p in python3 $$(for ((m=$(lastword $(subst ., ,$(PY_MAX))); \
+                      m>=$(lastword $(subst ., ,$(PY_MIN))); m--)); do echo python3.$$m; done); do \
+            if command -v $$p >/dev/null 2>&1 && $$p -c '$(PY_SUPPORTED)' 2>/dev/null; then \
+              echo $$p; exit 0; fi; done)
 
 VENV := .venv
 VBIN := $(VENV)/bin
@@ -41,7 +57,7 @@ ifeq ($(MINI_TEST_TORCH),1)
 TEST_DEPS += $(TORCH_STAMP)
 endif
 
-.PHONY: install lab workspace test clean distclean help
+.PHONY: install lab workspace test clean distclean help python
 
 help:
 	@echo "make lab        set up (first time), then open the course in JupyterLab"
@@ -50,22 +66,43 @@ help:
 	@echo "make install    only set up: .venv, pinned dependencies, the C++ kernels"
 	@echo "make clean      remove build products (keeps .venv)"
 	@echo "make distclean  remove build products and .venv"
+	@echo "make python     show which Python would create .venv ($(PY_RANGE) supported)"
 
 install: $(STAMP)
 
+# What to say when no supported interpreter is there.
+define NO_PYTHON
+echo "mini needs $(PY_RANGE) (its pinned packages have wheels for those)." >&2; \
+echo "Install one, e.g. 'sudo apt install python$(PY_MAX) python$(PY_MAX)-venv', 'brew install python@$(PY_MAX)'" >&2; \
+echo "or 'uv python install $(PY_MAX)', then run make again (or: make PYTHON=/path/to/python$(PY_MAX) ...)." >&2
+endef
+
+# Check the interpreter make would use (the `python` target prints it).
+define CHECK_PYTHON
+if [ -z "$(PYTHON)" ]; then \
+  echo "No supported Python found: python3 is $$(python3 --version 2>/dev/null || echo 'missing')." >&2; \
+  $(NO_PYTHON); exit 1; fi; \
+if ! command -v $(PYTHON) >/dev/null 2>&1; then \
+  echo "'$(PYTHON)' was not found." >&2; $(NO_PYTHON); exit 1; fi; \
+if ! $(PYTHON) -c '$(PY_SUPPORTED)'; then \
+  echo "'$(PYTHON)' ($$($(PYTHON) --version 2>/dev/null || echo 'does not run')) is not a supported Python." >&2; \
+  $(NO_PYTHON); exit 1; fi
+endef
+
+python:
+	@$(CHECK_PYTHON); echo "$(PYTHON) ($$($(PYTHON) --version 2>/dev/null || echo 'not runnable')) would create $(VENV); supported: $(PY_RANGE)"
+
 $(VPY):
-	@if ! command -v $(PYTHON) >/dev/null 2>&1; then \
-	  echo "mini needs Python >= 3.10, and '$(PYTHON)' was not found." >&2; \
-	  echo "Install Python 3.10 or newer, or run: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; fi
-	@if ! $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then \
-	  echo "mini needs Python >= 3.10, but '$(PYTHON)' is $$($(PYTHON) --version 2>&1)." >&2; \
-	  echo "Install Python 3.10 or newer, or run: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; fi
-	@echo "Creating $(VENV) with $$($(PYTHON) --version 2>&1) ($$(command -v $(PYTHON)))"
+	@$(CHECK_PYTHON)
+	@echo "Creating $(VENV) with $$($(PYTHON) --version 2>/dev/null || echo 'not runnable') ($$(command -v $(PYTHON)))"
 	@$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
 	  echo "Could not create $(VENV). On Debian/Ubuntu: sudo apt install python3-venv" >&2; exit 1; }
 	@$(VPY) -m pip install --quiet --upgrade pip || echo "(could not upgrade pip; continuing with $$($(VPY) -m pip --version))"
 
 $(STAMP): pyproject.toml setup.py $(CPU_SOURCES) | $(VPY)
+	@$(VPY) -c '$(PY_SUPPORTED)' || { \
+	  echo "$(VENV) was made with $$($(VPY) --version 2>/dev/null), which mini no longer supports ($(PY_RANGE))." >&2; \
+	  echo "Remove it with 'make distclean' and run make again." >&2; exit 1; }
 	$(RUN) $(VPY) -m pip install -e .
 	@$(VPY) -c 'import mini.backends._cpu as m; print("mini: C++ kernels built; OpenMP:", m.openmp_enabled(), "threads:", m.max_threads())'
 	@touch $@

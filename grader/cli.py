@@ -278,7 +278,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+#: What native Windows users are told (the README's Windows line says the same).
+WINDOWS_MESSAGE = (
+    "mini-course needs Linux or macOS (the grader's sandbox and mini's C++ kernels use "
+    "them); native Windows is not supported. Use WSL2: in PowerShell run "
+    "`wsl --install -d Ubuntu`, open Ubuntu, run `sudo apt install make g++ python3-venv git`, "
+    "clone the repository inside Ubuntu (under ~, not /mnt/c) and run `make lab` there.")
+
+
+def main(argv: list[str] | None = None, platform: str | None = None) -> int:
+    if (platform or sys.platform) == "win32":
+        print(f"mini-course: {WINDOWS_MESSAGE}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

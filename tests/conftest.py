@@ -5,10 +5,18 @@ Hypothesis profiles (choose with ``HYPOTHESIS_PROFILE=<name>``; ``ci`` is the de
 - ``ci``: moderate example counts, no deadline (shared CI runners have noisy timing).
 - ``dev``: fewer examples, for a fast edit-test loop.
 - ``thorough``: many examples, for hunting bugs before a release.
+
+Optional parts: a test that needs something the machine may lack (PyTorch, bubblewrap,
+nvcc, MPI, a C++ compiler with OpenMP) skips without it, and the end of the run says in one
+line per part how many tests that skipped and how to get it.  ``MINI_TEST_TORCH=1`` (set by
+CI) promises PyTorch: the run then stops at once if ``import torch`` fails, instead of
+skipping the differential tests.
 """
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -67,3 +75,73 @@ def _restore(saved):
     exercises._FAST_OFF.clear()
     exercises._FAST_OFF.update(fast_off)
     function.set_op_observer(observer)
+
+
+# --------------------------------------------------------------------------- optional parts
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "blas_sensitive: compares results whose sums BLAS orders; "
+                   "tests/test_blas_kernels.py re-runs these under a second OpenBLAS kernel")
+    if os.environ.get("MINI_TEST_TORCH", "") == "1":
+        try:
+            import torch  # noqa: F401
+        except Exception as e:  # ImportError, or a broken install (OSError from a .so)
+            raise pytest.UsageError(
+                f"MINI_TEST_TORCH=1 promises PyTorch for the differential tests, but "
+                f"`import torch` failed ({type(e).__name__}: {e}). Install it with "
+                f"`make test MINI_TEST_TORCH=1` (or `.venv/bin/pip install -e '.[torch]'`), "
+                f"or unset MINI_TEST_TORCH to skip those tests.") from None
+
+
+#: (what is missing, how to get it, a pattern its skip reasons match), first match wins
+OPTIONAL_PARTS = [
+    ("torch not installed", "pip install -e '.[torch]', or MINI_TEST_TORCH=1 make test",
+     r"\btorch\b|pytorch"),
+    ("bubblewrap (bwrap) not available", "sudo apt install bubblewrap", r"bwrap|bubblewrap"),
+    ("no CUDA toolkit (nvcc) or GPU", "install the CUDA toolkit; tests run on a GPU machine",
+     r"nvcc|\bcuda\b|\bgpu\b"),
+    ("no MPI", "pip install mpi4py mpich", r"\bmpi|mpiexec"),
+    ("no C++ compiler or OpenMP", "install g++ (or clang++ with libomp)",
+     r"compiler|openmp|g\+\+|clang"),
+]
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr or "")
+
+
+def skipped_by_optional_part(reasons) -> list[str]:
+    """One line per optional part that skipped tests: ``skipped N tests: <what> (<how>)``,
+    then one for the other reasons, given the skip reasons of a run."""
+    counts: Counter = Counter()
+    for reason in reasons:
+        for what, how, pattern in OPTIONAL_PARTS:
+            if re.search(pattern, reason, re.IGNORECASE):
+                counts[(what, how)] += 1
+                break
+        else:
+            counts[None] += 1
+    lines = [f"skipped {n} test{'s' if n != 1 else ''}: {key[0]} ({key[1]})"
+             for key, n in counts.items() if key is not None]
+    if counts[None]:
+        n = counts[None]
+        lines.append(f"skipped {n} test{'s' if n != 1 else ''} for other reasons (listed above)")
+    return lines
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    # a wrapper around the terminal reporter's own: these lines come after its short test
+    # summary, just above the final counts
+    result = yield
+    reasons = [_skip_reason(r) for r in terminalreporter.stats.get("skipped", [])]
+    lines = skipped_by_optional_part(reasons)
+    if lines:
+        terminalreporter.section("skipped for a missing optional part", sep="-")
+        for line in lines:
+            terminalreporter.write_line(line)
+    return result

@@ -1,19 +1,27 @@
-"""The two ways to install mini pin the same versions.
+"""The two ways to install mini pin the same versions, for the Pythons the README names.
 
 pyproject.toml (the `make` / pip route) and environment.yml (the conda route) must list
 the same packages at the same exact versions; the Makefile's PyTorch pin must equal the
 `torch` extra; and the environment running these tests must be the pinned one.
+
+One Python range (the Makefile's PY_MIN and PY_MAX) is stated in pyproject.toml's
+requires-python, environment.yml, the README and .ci/run; every pin has a wheel for every
+Python in it (asked of the package index through pip); the Makefile picks an interpreter
+in that range and refuses others with a message that says what to install.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml  # PyYAML: required by nbgrader and jupyter-events, so always installed
-
-tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,13 +85,88 @@ def test_pyproject_pins_every_dependency_exactly(pyproject):
 def test_environment_yml_shape(env):
     assert env["name"] == "mini"
     assert env["channels"] == ["conda-forge"]
-    assert "python>=3.10" in conda_specs(env)
     assert "cxx-compiler" in conda_specs(env)
 
 
-def test_same_python_requirement(pyproject, env):
-    assert pyproject["project"]["requires-python"] == ">=3.10"
-    assert [s for s in conda_specs(env) if parse(s)[0] == "python"] == ["python>=3.10"]
+# --------------------------------------------------------------------------- Python versions
+
+def python_range() -> tuple[tuple[int, int], tuple[int, int]]:
+    """(oldest, newest) supported Python as (major, minor), from the Makefile."""
+    text = (ROOT / "Makefile").read_text()
+    found = {}
+    for key in ("PY_MIN", "PY_MAX"):
+        m = re.search(rf"^{key}\s*:?=\s*(\d+)\.(\d+)\s*$", text, re.MULTILINE)
+        assert m, f"Makefile has no {key} := 3.X"
+        found[key] = (int(m.group(1)), int(m.group(2)))
+    assert found["PY_MIN"] <= found["PY_MAX"]
+    return found["PY_MIN"], found["PY_MAX"]
+
+
+def supported_pythons() -> list[str]:
+    (major, lo), (_, hi) = python_range()
+    return [f"{major}.{minor}" for minor in range(lo, hi + 1)]
+
+
+def test_one_python_range_everywhere(pyproject, env):
+    (major, lo), (_, hi) = python_range()
+    bounds = f">={major}.{lo},<{major}.{hi + 1}"
+    assert pyproject["project"]["requires-python"] == bounds
+    assert [s for s in conda_specs(env) if parse(s)[0] == "python"] == ["python" + bounds]
+    phrase = f"Python {major}.{lo} to {major}.{hi}"
+    assert phrase in (ROOT / "README.md").read_text(), f"the README should say {phrase!r}"
+    assert phrase in (ROOT / ".ci" / "run").read_text(), f".ci/run should say {phrase!r}"
+
+
+def test_this_python_is_supported():
+    low, high = python_range()
+    assert low <= sys.version_info[:2] <= high, (
+        f"running on Python {sys.version.split()[0]}, outside the supported range: make "
+        f"should have refused it")
+
+
+# pip's words for an index it could not reach (as opposed to one that has no such wheel)
+_UNREACHABLE = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary "
+                          r"failure in name resolution|Name or service not known|ConnectTimeout"
+                          r"|ReadTimeout|ProxyError|Max retries exceeded|Network is unreachable"
+                          r"|Could not fetch URL", re.IGNORECASE)
+
+
+def _pip_finds_wheels(python: str, specs: list[str], target: Path) -> tuple[int, str]:
+    """Ask the configured package index, through pip, for a wheel of each of ``specs``
+    for CPython ``python`` on this platform, downloading only metadata (a dry run)."""
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
+           "--only-binary=:all:", "--python-version", python, "--target", str(target),
+           "--timeout", "20", "--retries", "1", "--disable-pip-version-check", *specs]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_every_pin_has_a_wheel_for_every_supported_python(pyproject, tmp_path):
+    """The pins and the range agree: pip finds a wheel (binary, or pure Python) of every
+    pinned package, the torch extra included, for each Python in the range, on this
+    platform.  Skips when no package index is reachable."""
+    pins = exact_pins(pyproject["project"]["dependencies"])
+    pins.update(exact_pins(pyproject["project"]["optional-dependencies"]["torch"]))
+    specs = [f"{name}=={version}" for name, version in sorted(pins.items())]
+    pythons = supported_pythons()
+    with ThreadPoolExecutor(len(pythons)) as pool:   # network-bound: in parallel
+        results = dict(zip(pythons, pool.map(
+            lambda py: _pip_finds_wheels(py, specs, tmp_path / py), pythons)))
+    missing = {}
+    for python, (code, out) in results.items():
+        if code == 0:
+            continue
+        unreachable = _UNREACHABLE.search(out)
+        if unreachable:
+            pytest.skip(f"no package index reachable, so the wheels cannot be checked (pip, "
+                        f"Python {python}: {unreachable.group(0)})")
+        # which pins: one at a time (pip stops at the first it cannot find)
+        missing[python] = [spec for spec in specs
+                           if _pip_finds_wheels(python, [spec], tmp_path / python)[0] != 0]
+        assert missing[python], f"pip failed for Python {python} but found every pin alone:\n{out}"
+    assert not missing, (
+        f"no wheel on the package index for (Python: pins) {missing}: narrow the range "
+        f"(Makefile PY_MIN/PY_MAX, requires-python, environment.yml, README) or change the pins")
 
 
 def test_same_pins(pyproject, env):
@@ -142,3 +225,65 @@ def test_installed_versions_match_the_pins(pyproject):
         if installed.split("+")[0] != version:  # torch's local label, e.g. 2.13.0+cpu
             wrong[name] = (version, installed)
     assert not wrong, f"installed versions differ from the pins (pinned, installed): {wrong}; run `make`"
+
+
+# --------------------------------------------------------------------------- the Makefile's Python
+
+def _fake_python(folder: Path, name: str, version: str, supported: bool) -> None:
+    """An interpreter that answers what the Makefile asks: ``--version``, and ``-c`` with
+    the supported-version check (exit status 0 when supported)."""
+    path = folder / name
+    path.write_text(f'#!/bin/sh\ncase "$1" in\n  --version) echo "Python {version}" ;;\n'
+                    f'  -c) exit {0 if supported else 1} ;;\n  *) exit 3 ;;\nesac\n')
+    path.chmod(0o755)
+
+
+def _make_python(bin_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``make python`` with only ``bin_dir`` on PATH (its fake interpreters, nothing else)."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    return subprocess.run([make, "-s", "-C", str(ROOT), "python", *args], capture_output=True,
+                          text=True, timeout=60, env={"PATH": str(bin_dir), "HOME": str(bin_dir)})
+
+
+def _interpreters(case: str, lo: int, hi: int):
+    """({name: (version, supported)} on PATH, what make should choose) for one case."""
+    if case == "python3 when it is supported":
+        return {"python3": (f"3.{lo}.2", True), f"python3.{hi}": (f"3.{hi}.0", True)}, \
+            f"python3 (Python 3.{lo}.2)"
+    return {"python3": (f"3.{lo - 1}.9", False),              # too old
+            f"python3.{hi + 1}": (f"3.{hi + 1}.0", False),    # too new: never tried
+            f"python3.{lo}": (f"3.{lo}.4", True),
+            f"python3.{hi}": (f"3.{hi}.1", True)}, f"python3.{hi} (Python 3.{hi}.1)"
+
+
+@pytest.mark.parametrize("case", ["python3 when it is supported", "else the newest python3.X"])
+def test_makefile_picks_a_supported_python(case, tmp_path):
+    (_, lo), (_, hi) = python_range()
+    fakes, chosen = _interpreters(case, lo, hi)
+    for name, (version, supported) in fakes.items():
+        _fake_python(tmp_path, name, version, supported)
+    r = _make_python(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{chosen} would create .venv"), r.stdout
+
+
+def test_makefile_refuses_an_unsupported_python_and_says_what_to_install(tmp_path):
+    (_, lo), (_, hi) = python_range()
+    _fake_python(tmp_path, "python3", f"3.{lo - 1}.12", False)
+    r = _make_python(tmp_path)
+    assert r.returncode != 0
+    assert f"python3 is Python 3.{lo - 1}.12" in r.stderr
+    assert f"mini needs Python 3.{lo} to 3.{hi}" in r.stderr
+    assert f"make PYTHON=/path/to/python3.{hi}" in r.stderr
+    # one named explicitly is checked too
+    r = _make_python(tmp_path, f"PYTHON={tmp_path / 'python3'}")
+    assert r.returncode != 0
+    assert f"(Python 3.{lo - 1}.12) is not a supported Python" in r.stderr
+
+
+def test_makefile_on_native_windows_says_to_use_wsl2(tmp_path):
+    r = _make_python(tmp_path, "OS=Windows_NT")
+    assert r.returncode != 0
+    assert "WSL2" in r.stderr and "wsl --install -d Ubuntu" in r.stderr

@@ -22,9 +22,11 @@ What it does:
   ``pybind11/numpy.h``, ``<cstdint>``, ``<omp.h>`` when OpenMP is there, and
   ``namespace py = pybind11;``) and, after it, the ``PYBIND11_MODULE`` block that binds
   every name in ``functions`` (a list of names, or a dict name -> docstring);
-- compiles with ``-O3 -std=c++17 -shared -fPIC -fopenmp`` and pybind11's headers (without
-  ``-fopenmp`` when the compiler has no OpenMP, saying so once: ``#pragma omp`` lines are
-  then ignored and everything runs on one thread);
+- compiles with ``-O3 -std=c++17 -shared -fPIC`` and pybind11's headers, plus the first
+  OpenMP flags that work with the compiler, tried in the same order as ``setup.py``:
+  ``-fopenmp`` (gcc, LLVM clang), then ``-Xpreprocessor -fopenmp -lomp`` (Apple clang with
+  Homebrew's or conda's libomp).  Without any, it builds serially and says so once:
+  ``#pragma omp`` lines are then ignored and everything runs on one thread;
 - caches the result under a hash of the sources, the functions, the flags, the compiler
   and the Python version, in ``$MINI_EXTENSIONS_DIR`` or ``~/.cache/mini_extensions``: a
   second call with the same source (in this process or a later one) does not compile;
@@ -46,10 +48,12 @@ carry the source string and call ``load_inline`` again there (a cache hit).
 """
 from __future__ import annotations
 
-import fcntl
+import contextlib
+import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -63,22 +67,34 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-__all__ = ["load_inline", "CompileError", "CompileIssue", "cache_dir", "openmp_available",
-           "compiler", "set_num_threads", "get_max_threads", "DEFAULT_CFLAGS", "CELL_FILE",
-           "NO_OPENMP_WARNING"]
+try:                     # POSIX: advisory file locks
+    import fcntl
+except ImportError:      # Windows
+    fcntl = None
+try:                     # Windows: byte-range locks
+    import msvcrt
+except ImportError:      # POSIX
+    msvcrt = None
 
-#: Flags every build gets (``-fopenmp`` is added when the compiler supports it).
+__all__ = ["load_inline", "CompileError", "CompileIssue", "cache_dir", "openmp_available",
+           "openmp_flags", "compiler", "set_num_threads", "get_max_threads", "DEFAULT_CFLAGS",
+           "CELL_FILE", "NO_OPENMP_WARNING"]
+
+#: Flags every build gets (OpenMP's are added when the compiler supports them).
 DEFAULT_CFLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
 #: The file name compiler messages use for the student's source.
 CELL_FILE = "<cell>"
-NO_OPENMP_WARNING = ("the C++ compiler has no OpenMP support (-fopenmp failed): extensions "
-                     "are built without it, `#pragma omp` is ignored and kernels run on one thread")
+NO_OPENMP_WARNING = ("the C++ compiler has no OpenMP support: extensions are built without "
+                     "it, `#pragma omp` is ignored and kernels run on one thread")
+#: What to do about it on macOS, where Apple's clang has no OpenMP runtime of its own.
+MACOS_OPENMP_HINT = ("on macOS: `brew install libomp` (or, with conda, `conda install "
+                     "llvm-openmp`), then restart the kernel")
 _VERSION = "1"  # bump to invalidate every cached build
 
 _lock = threading.Lock()
 _MODULES: dict[str, object] = {}        # build hash -> loaded module (this process)
 _COMPILER_ID: dict[str, str] = {}       # compiler -> its --version line
-_OPENMP: dict[str, bool] = {}           # compiler -> supports -fopenmp
+_OPENMP: dict[str, tuple | None] = {}   # compiler -> (compile, link) OpenMP flags, or None
 _WARNED = [False]
 
 
@@ -201,18 +217,100 @@ def _compiler_id(cxx: str) -> str:
     return _COMPILER_ID[cxx]
 
 
-def openmp_available(cxx: str | None = None) -> bool:
-    """Whether ``cxx -fopenmp`` can build a shared library that includes ``<omp.h>``."""
+def _libomp_prefixes(platform: str) -> list[str]:
+    """Where a libomp that Apple's clang can use may live (Homebrew's is keg-only: not on
+    the default search paths)."""
+    if platform != "darwin":
+        return []
+    found = []
+    for prefix in (os.environ.get("CONDA_PREFIX"), "/opt/homebrew/opt/libomp",
+                   "/usr/local/opt/libomp"):
+        if prefix and os.path.isfile(os.path.join(prefix, "include", "omp.h")):
+            found.append(prefix)
+    return found
+
+
+def _openmp_candidates(platform: str | None = None) -> list[tuple[list[str], list[str]]]:
+    """(compile flags, link flags) to try, in order: ``setup.py``'s (``-fopenmp`` for gcc and
+    LLVM clang, ``-Xpreprocessor -fopenmp`` + ``-lomp`` for Apple clang), then on macOS the
+    latter with a libomp that is not on the default paths (Homebrew, conda)."""
+    platform = platform or sys.platform
+    candidates = [(["-fopenmp"], ["-fopenmp"]),
+                  (["-Xpreprocessor", "-fopenmp"], ["-lomp"])]
+    for prefix in _libomp_prefixes(platform):
+        lib = os.path.join(prefix, "lib")
+        candidates.append((["-Xpreprocessor", "-fopenmp", f"-I{os.path.join(prefix, 'include')}"],
+                           [f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"]))
+    return candidates
+
+
+_OMP_PROBE = r"""
+#include <omp.h>
+extern "C" int probe() {
+    int n = 0;
+    #pragma omp parallel reduction(+ : n)
+    n += 1;
+    return n + omp_get_max_threads();
+}
+"""
+
+
+def _openmp_flags_work(cxx: str, cflags: list[str], ldflags: list[str]) -> bool:
+    """Whether ``cxx`` with these flags builds a shared library that uses OpenMP, and the
+    library loads (a libomp found at link time but not at load time fails here)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+        src.write_text(_OMP_PROBE)
+        try:
+            r = subprocess.run(shlex.split(cxx) + cflags + ["-shared", "-fPIC", str(src), "-o",
+                                                            str(lib)] + ldflags,
+                               capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        if r.returncode != 0:
+            return False
+        try:
+            ctypes.CDLL(str(lib))
+        except OSError:
+            return False
+        return True
+
+
+def openmp_flags(cxx: str | None = None) -> tuple[list[str], list[str]] | None:
+    """The (compile, link) flags that give ``cxx`` OpenMP, or None when none work: the
+    first of :func:`_openmp_candidates` that builds and loads a probe library.
+
+    Flags that work are remembered in the cache directory for this compiler and these
+    candidates, so a new process (the grader's sandbox, a restarted kernel) does not
+    compile the probe again; "none work" is not remembered, so OpenMP installed later
+    is found by the next process."""
     cxx = cxx or compiler()
     if cxx not in _OPENMP:
-        with tempfile.TemporaryDirectory() as tmp:
-            src = Path(tmp) / "probe.cpp"
-            src.write_text("#include <omp.h>\nextern \"C\" int probe() { return omp_get_max_threads(); }\n")
-            r = subprocess.run(shlex.split(cxx) + ["-fopenmp", "-shared", "-fPIC", str(src), "-o",
-                                                    str(Path(tmp) / "probe.so")],
-                               capture_output=True, text=True)
-            _OPENMP[cxx] = r.returncode == 0
-    return _OPENMP[cxx]
+        candidates = _openmp_candidates()
+        key = "\0".join([_VERSION, cxx, _compiler_id(cxx), repr(candidates)])
+        record = cache_dir() / f".openmp-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+        try:
+            flags = json.loads(record.read_text())["flags"]
+            if not (isinstance(flags, list) and len(flags) == 2):
+                raise ValueError(f"{record}: not a pair of flag lists")
+        except (OSError, ValueError, KeyError, TypeError):
+            flags = next(([list(c), list(l)] for c, l in candidates
+                          if _openmp_flags_work(cxx, c, l)), None)
+            if flags is not None:
+                try:                  # atomic; a read-only cache only costs a new probe
+                    tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps({"compiler": cxx, "flags": flags}))
+                    os.replace(tmp, record)
+                except OSError:
+                    pass
+        _OPENMP[cxx] = None if flags is None else (list(flags[0]), list(flags[1]))
+    flags = _OPENMP[cxx]
+    return None if flags is None else (list(flags[0]), list(flags[1]))
+
+
+def openmp_available(cxx: str | None = None) -> bool:
+    """Whether ``cxx`` can build extensions with OpenMP (see :func:`openmp_flags`)."""
+    return openmp_flags(cxx) is not None
 
 
 def cache_dir() -> Path:
@@ -317,8 +415,10 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], cuda_sources: str |
         plan = plan_cuda_build(name, cpp_sources, cuda_sources, _bindings("{module}", funcs),
                                cflags, cuda_cflags, ldflags, sanitize=bool(sanitize))
 
+    # (the OpenMP flags are part of the key: a build made before libomp was installed is
+    # not reused once OpenMP works)
     key = "\0".join([_VERSION, name, cpp_sources, repr(sorted(funcs.items())), repr(cflags),
-                     repr(ldflags), cxx, _compiler_id(cxx), sys.version,
+                     repr(ldflags), cxx, _compiler_id(cxx), repr(openmp_flags(cxx)), sys.version,
                      sysconfig.get_config_var("EXT_SUFFIX") or ""]
                     + ([cuda_sources, repr(cuda_cflags), plan.key] if plan else []))
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
@@ -338,16 +438,13 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], cuda_sources: str |
 
     if not target.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        with open(root / f".{name}_{digest}.lock", "w") as lockf:
-            fcntl.flock(lockf, fcntl.LOCK_EX)     # one build at a time per source (xdist, kernels)
-            try:
-                if not target.exists():
-                    if plan is not None:
-                        _build_plan(modname, plan, funcs, folder, target, verbose)
-                    else:
-                        _build(modname, cpp_sources, funcs, cflags, ldflags, cxx, folder, target, verbose)
-            finally:
-                fcntl.flock(lockf, fcntl.LOCK_UN)
+        # one build at a time per source (xdist workers, several kernels)
+        with _exclusive_lock(root / f".{name}_{digest}.lock"):
+            if not target.exists():
+                if plan is not None:
+                    _build_plan(modname, plan, funcs, folder, target, verbose)
+                else:
+                    _build(modname, cpp_sources, funcs, cflags, ldflags, cxx, folder, target, verbose)
     elif verbose:
         print(f"load_inline: using cached build {target}")
 
@@ -363,6 +460,48 @@ def load_inline(name: str, cpp_sources: str | Sequence[str], cuda_sources: str |
     with _lock:
         _MODULES[digest] = mod
     return mod
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path):
+    """Hold an exclusive lock on the file ``path`` across processes: ``fcntl.flock`` on
+    POSIX, ``msvcrt.locking`` on Windows.  Where neither exists nothing is locked: two
+    builds of one source may then run at once, which wastes time but is safe (each writes
+    its own temporary file and ``os.replace`` publishes it whole)."""
+    with open(path, "a+b") as f:
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        elif msvcrt is not None:
+            f.seek(0)
+            while True:              # LK_LOCK gives up after 10 s; a build can take longer
+                try:
+                    msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    continue
+            try:
+                yield
+            finally:
+                f.seek(0)
+                msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
+        else:
+            yield
+
+
+def _warn_serial_once(cxx: str) -> None:
+    """Say once per process that extensions build without OpenMP, what was tried and (on
+    macOS) how to get it: a racy ``#pragma omp`` loop then runs serially and passes."""
+    if _WARNED[0]:
+        return
+    _WARNED[0] = True
+    tried = "; ".join(" ".join(c + l) for c, l in _openmp_candidates())
+    hint = f"; {MACOS_OPENMP_HINT}" if sys.platform == "darwin" else ""
+    warnings.warn(f"{NO_OPENMP_WARNING} (compiler {cxx!r}; tried: {tried}){hint}",
+                  RuntimeWarning, stacklevel=4)  # the caller of load_inline
 
 
 def _build_plan(name, plan, funcs, folder: Path, target: Path, verbose):
@@ -395,14 +534,14 @@ def _build_plan(name, plan, funcs, folder: Path, target: Path, verbose):
 def _build(name, student, funcs, cflags, ldflags, cxx, folder: Path, target: Path, verbose):
     src = folder / f"{name}.cpp"
     src.write_text(_full_source(name, student, funcs))
-    omp = openmp_available(cxx)
-    if not omp and not _WARNED[0]:
-        _WARNED[0] = True
-        warnings.warn(NO_OPENMP_WARNING, RuntimeWarning, stacklevel=3)
+    omp = openmp_flags(cxx)
+    if omp is None:
+        _warn_serial_once(cxx)
+    omp_cflags, omp_ldflags = omp or ([], [])
     tmp_out = folder / f".{name}.{os.getpid()}.tmp{target.suffix}"
-    cmd = (shlex.split(cxx) + list(DEFAULT_CFLAGS) + (["-fopenmp"] if omp else [])
+    cmd = (shlex.split(cxx) + list(DEFAULT_CFLAGS) + omp_cflags
            + _includes() + cflags + [str(src), "-o", str(tmp_out)] + ldflags
-           + (["-fopenmp"] if omp else [])
+           + omp_ldflags
            # macOS: Python's symbols are resolved when the interpreter loads the module
            + (["-undefined", "dynamic_lookup"] if sys.platform == "darwin" else []))
     if verbose:

@@ -336,7 +336,12 @@ def test_unary_edge_values(cpu, dtype):
         cpu.unary("sqrt", a, out)
         np.testing.assert_array_equal(out, np.sqrt(a))  # NaN for negatives, like numpy
         cpu.unary("log", a, out)
-        np.testing.assert_array_equal(out, np.log(a))
+        # log(0) = -inf, NaN below 0 and for NaN, exactly; log(80) and log(1000) within an
+        # ulp or two (the C library's log and numpy's SIMD log may round differently)
+        want = np.log(a)
+        special = ~np.isfinite(want) | (want == 0)
+        np.testing.assert_array_equal(out[special], want[special])
+        np.testing.assert_allclose(out[~special], want[~special], rtol=4 * np.finfo(dtype).eps, atol=0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -5,7 +5,8 @@
   (plus any extra submissions you pass), autogrades them for real with nbgrader (through
   ``mini-course``'s own code) and returns the scores per student and grade id.
 - :func:`execute_notebook` runs a notebook top to bottom in a fresh kernel from its own
-  folder and returns the errors per cell.
+  folder and returns the errors per cell; :func:`run_notebook_cpu_seconds` runs one and
+  returns the CPU time its kernel used.
 - :func:`source_paths`: a chapter's sources (``course/sources/NN_topic/*.md``).
 - :func:`run_cells`: run some cells of a chapter's notebook (the setup, a demo, a solution)
   in one namespace, so that a test uses the notebook's own code instead of a copy of it.
@@ -30,7 +31,8 @@ COURSE = REPO / "course"
 SOURCES = COURSE / "sources"
 
 __all__ = ["REPO", "COURSE", "chapters_with_notebooks", "GradedChapter", "grade_chapter",
-           "graded_once", "CellError", "execute_notebook", "test_cells", "quiet",
+           "graded_once", "CellError", "execute_notebook", "run_notebook_cpu_seconds",
+           "test_cells", "quiet",
            "SOURCES", "source_paths", "notebook_of", "run_cells", "displayed_widget_bundle",
            "assert_solution_regions_equal_references",
            "assert_signatures_and_docstrings_equal_references"]
@@ -182,6 +184,30 @@ def execute_notebook(path: str | Path, timeout: int = 120) -> list[CellError]:
                                         o.get("ename", ""), o.get("evalue", "")))
                 break
     return errors
+
+
+_CPU_PROBE = ("import resource as _r\n_u = _r.getrusage(_r.RUSAGE_SELF)\n"
+              "print('kernel cpu seconds:', _u.ru_utime + _u.ru_stime)")
+
+
+def run_notebook_cpu_seconds(nb, folder: str | Path, timeout: int = 60) -> float:
+    """Run ``nb`` (in place: its outputs are filled in) in a fresh kernel from ``folder``,
+    each cell within ``timeout`` seconds, and return the CPU seconds the kernel used.
+
+    A notebook's cost is its kernel's CPU time, not wall time: on a loaded machine a
+    notebook waits for the cores without doing more work, so "it runs quickly" is an
+    assertion about CPU seconds (read by a last cell added for the run, then removed)."""
+    from nbclient import NotebookClient
+
+    probe = nbformat.v4.new_code_cell(_CPU_PROBE)
+    nb.cells.append(probe)
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(folder)}}).execute()
+    finally:
+        nb.cells.remove(probe)
+    text = "".join(o.get("text", "") for o in probe.outputs)
+    return float(text.split("kernel cpu seconds:")[1])
 
 
 # --------------------------------------------------------------------------- sources and notebooks

@@ -17,7 +17,8 @@ import pytest
 
 import mini
 from helpers import (assert_signatures_and_docstrings_equal_references,
-                     assert_solution_regions_equal_references, displayed_widget_bundle, run_cells)
+                     assert_solution_regions_equal_references, displayed_widget_bundle, run_cells,
+                     run_notebook_cpu_seconds)
 from mini.autograd import Function, forward_ad, graph
 from mini.napkin.autodiff import (activation_crossover_batch, gradient_passes, jacobian_bytes,
                                   mlp_saved_breakdown, mlp_saved_bytes)
@@ -236,6 +237,7 @@ def test_the_payoffs_numpy_backward_is_right(payoff):
         assert abs((loss(up) - loss(down)) / 2e-6 - grads[0][i, j]) < 1e-7
 
 
+@pytest.mark.blas_sensitive
 def test_payoff_gradients_match_numpy_and_the_reference(payoff):
     from mini.exercises import implement, reference
     ns, printed = payoff
@@ -333,9 +335,11 @@ def test_mistake_messages_name_the_mistake():
 def test_toposort_check_survives_a_deep_chain_quickly():
     from grader.checks import run_in_process
     from mini.exercises import reference
-    start = time.monotonic()
+    # CPU seconds of this process (the check is single-threaded Python): the work, which a
+    # loaded machine does not inflate as it does wall time
+    start = time.process_time()
     assert run_in_process("02.toposort", reference("02.toposort")).passed
-    assert time.monotonic() - start < 10
+    assert time.process_time() - start < 10
 
 
 # --------------------------------------------------------------------------- the notebook
@@ -357,13 +361,9 @@ def test_the_checks_are_the_chapters_slots():
 @pytest.mark.slow
 def test_instructor_notebook_runs_quickly_and_shows_the_seed_facts():
     pytest.importorskip("nbclient")
-    from nbclient import NotebookClient
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    start = time.monotonic()
-    NotebookClient(nb, timeout=60, kernel_name="python3",
-                   resources={"metadata": {"path": str(CHAPTER)}}).execute()
-    took = time.monotonic() - start
-    assert took < 90, f"the solution notebook took {took:.0f} s"
+    cpu = run_notebook_cpu_seconds(nb, CHAPTER, timeout=60)
+    assert cpu < 90, f"the solution notebook's kernel used {cpu:.0f} CPU seconds"
     text = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):

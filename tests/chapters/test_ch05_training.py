@@ -8,6 +8,7 @@ adds what is specific to chapter 05.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,12 +110,16 @@ def test_cnn_on_digits_reaches_97_percent_in_well_under_a_minute(monkeypatch, ca
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     monkeypatch.setattr("mini.notebook.INTERACTIVE", False)
+    start = time.process_time()
     ns = run_cells("05_training", "setup", "05.parameters", "05.save_checkpoint", "payoff")
+    # CPU seconds of this process, not the cell's clock: the work training costs, which a
+    # loaded machine does not inflate
+    cpu = time.process_time() - start
     plt.close("all")
     printed = capsys.readouterr().out
     assert ns["EPOCHS"] == 4 and "finish exercise" not in printed
     assert ns["accuracy"] >= 0.97, printed
-    assert ns["seconds"] < 60, f"training took {ns['seconds']:.1f} s"
+    assert cpu < 60, f"training took {cpu:.1f} CPU seconds ({ns['seconds']:.1f} s on the clock)"
     assert printed.count("test accuracy") == ns["EPOCHS"] + 1   # one line per epoch, one summary
     assert "last checkpoint: ['digits.pt']" in printed
 

@@ -36,3 +36,9 @@ def test_console_entry_point_runs():
     proc = subprocess.run([sys.executable, "-c", "from grader.cli import main; raise SystemExit(main(['--help']))"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "mini-course" in proc.stdout
+
+
+def test_native_windows_is_told_to_use_wsl2(capsys):
+    assert main(["check", "03"], platform="win32") == 2
+    err = capsys.readouterr().err
+    assert "WSL2" in err and "wsl --install -d Ubuntu" in err and "make lab" in err

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import re
-import json
 import shutil
 import zipfile
 from pathlib import Path

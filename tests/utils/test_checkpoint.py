@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -182,45 +181,52 @@ def test_failed_save_leaves_previous_checkpoint_and_no_temp_file(tmp_path):
 
 
 _WRITER = textwrap.dedent("""
-    import sys, mini
-    from mini import nn
+    import io, os, sys, time
+    import mini
+    from mini import nn, serialization
     from mini.optim.adam import AdamW
     from mini.utils.train_state import save_checkpoint
-    model = nn.Linear(1200, 1200)
+    model = nn.Linear(300, 300)
     opt = AdamW(model.parameters())
-    model(mini.randn(2, 1200)).sum().backward()
+    model(mini.randn(2, 300)).sum().backward()
     opt.step()
-    step = 1
-    while True:                      # publish checkpoints as fast as possible until killed
+    for step in (1, 2, 3):                  # three complete, published checkpoints
         save_checkpoint(sys.argv[1], model, opt, step=step)
-        step += 1
+    real_save = serialization.save
+
+    def save_half_then_wait(obj, f):        # the fourth save stops halfway through its file
+        buf = io.BytesIO()
+        real_save(obj, buf)
+        data = buf.getvalue()
+        f.write(data[:len(data) // 2])
+        f.flush()
+        os.fsync(f.fileno())
+        print("mid-save", flush=True)       # the test kills this process now
+        time.sleep(600)
+    serialization.save = save_half_then_wait
+    save_checkpoint(sys.argv[1], model, opt, step=4)
 """)
 
 
 def test_process_killed_mid_save_leaves_previous_checkpoint_loadable(tmp_path):
+    # The writer tells when it is halfway through writing its fourth checkpoint (an event,
+    # not a guess at timing): SIGKILL then must leave the third one intact at `path`.
     path = tmp_path / "ckpt.pt"
-    model = nn.Linear(1200, 1200)
-    save_checkpoint(path, model, AdamW(model.parameters()), step=0)
-    killed_mid_write = 0
-    for attempt in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)])
-        try:
-            deadline = time.time() + 30
-            while time.time() < deadline and not glob.glob(str(tmp_path / ".ckpt.pt.*.tmp")):
-                time.sleep(0.0005)
-            time.sleep(0.005 * attempt)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        leftovers = glob.glob(str(tmp_path / ".ckpt.pt.*.tmp"))
-        killed_mid_write += bool(leftovers)
-        for f in leftovers:
-            os.remove(f)
-        state = serialization.load(path)         # never a torn file
-        assert isinstance(state["step"], int) and state["step"] >= 0
-        assert tuple(state["model"]["weight"].shape) == (1200, 1200)
-        if killed_mid_write:
-            break
-    assert killed_mid_write, "the writer was never caught in the middle of a save"
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()           # blocks until the writer is mid-save
+        partial = glob.glob(str(tmp_path / ".ckpt.pt.*.tmp"))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert line.strip() == "mid-save", proc.stderr.read()
+    assert len(partial) == 1 and os.path.getsize(partial[0]) > 0   # caught mid-write
+    state = serialization.load(path)            # the last complete checkpoint, never torn
+    assert state["step"] == 3
+    assert tuple(state["model"]["weight"].shape) == (300, 300)
+    with pytest.raises(serialization.NotACheckpointError):
+        serialization.load(partial[0])          # what was cut off is not mistaken for one
