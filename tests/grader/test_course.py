@@ -3,6 +3,7 @@ check, workspace -- with nbgrader for real."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import zipfile
