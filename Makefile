@@ -30,7 +30,19 @@ PYTHON ?= $(shell for p in python3 $$(for ((m=$(lastword $(subst ., ,$(PY_MAX)))
             if command -v $$p >/dev/null 2>&1 && $$p -c '$(PY_SUPPORTED)' 2>/dev/null; then \
               echo $$p; exit 0; fi; done)
 
-VENV := .venv
+# The environment make installs into and runs from.  An active conda environment other than
+# `base` (`conda activate mini` after `conda env create -f environment.yml`) is used as it
+# is: conda installed the pinned packages, so make only installs mini itself into it
+# (editable, no dependencies from PyPI) and never creates .venv.  Otherwise: .venv, made here.
+# `make MINI_ENV=.venv ...` forces .venv even while a conda environment is active.
+CONDA_ACTIVE := $(if $(and $(CONDA_PREFIX),$(filter-out base,$(CONDA_DEFAULT_ENV))),$(CONDA_PREFIX))
+MINI_ENV ?= $(or $(CONDA_ACTIVE),.venv)
+VENV := $(MINI_ENV)
+ifeq ($(abspath $(VENV)),$(abspath .venv))
+ENV_KIND := venv
+else
+ENV_KIND := active
+endif
 VBIN := $(VENV)/bin
 VPY := $(VBIN)/python
 STAMP := $(VENV)/.mini-installed
@@ -41,7 +53,7 @@ CPU_SOURCES := $(wildcard mini/backends/cpu/*.cpp mini/backends/cpu/*.h mini/bac
 
 # Commands run with the venv's bin first on PATH: nbgrader shells out to `alembic`,
 # and Jupyter should find the venv's kernel.
-RUN := PATH="$(CURDIR)/$(VBIN):$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
+RUN := PATH="$(abspath $(VBIN)):$$PATH" $(if $(filter venv,$(ENV_KIND)),VIRTUAL_ENV="$(abspath $(VENV))")
 
 # What `make lab` opens: empty means the learner's workspace (see the `workspace` target).
 LAB_DIR ?=
@@ -60,13 +72,15 @@ endif
 .PHONY: install lab workspace test clean distclean help python
 
 help:
-	@echo "make lab        set up (first time), then open the course in JupyterLab"
+	@echo "make lab        set up (first time), then open your workspace in JupyterLab"
+	@echo "                (make lab LAB_DIR=~/my-course: an instructor's course, formgrader included)"
 	@echo "make test       set up (first time), then run the test suite"
 	@echo "                (MINI_TEST_TORCH=1 also installs PyTorch for differential tests)"
 	@echo "make install    only set up: .venv, pinned dependencies, the C++ kernels"
 	@echo "make clean      remove build products (keeps .venv)"
 	@echo "make distclean  remove build products and .venv"
-	@echo "make python     show which Python would create .venv ($(PY_RANGE) supported)"
+	@echo "make python     show which Python would create .venv ($(PY_RANGE) supported),"
+	@echo "                or which active conda environment is used instead"
 
 install: $(STAMP)
 
@@ -89,6 +103,7 @@ if ! $(PYTHON) -c '$(PY_SUPPORTED)'; then \
   $(NO_PYTHON); exit 1; fi
 endef
 
+ifeq ($(ENV_KIND),venv)
 python:
 	@$(CHECK_PYTHON); echo "$(PYTHON) ($$($(PYTHON) --version 2>/dev/null || echo 'not runnable')) would create $(VENV); supported: $(PY_RANGE)"
 
@@ -106,13 +121,28 @@ $(STAMP): pyproject.toml setup.py $(CPU_SOURCES) | $(VPY)
 	$(RUN) $(VPY) -m pip install -e .
 	@$(VPY) -c 'import mini.backends._cpu as m; print("mini: C++ kernels built; OpenMP:", m.openmp_enabled(), "threads:", m.max_threads())'
 	@touch $@
+else
+# The active environment (see MINI_ENV): conda provides the pinned packages and the build
+# tools (setuptools, pybind11), so only mini itself is installed, without touching PyPI.
+python:
+	@echo "using the active environment $(VENV) ($$($(VPY) --version 2>/dev/null || echo 'no python in it')); .venv is not used (make MINI_ENV=.venv ... to use it)"
+
+$(VPY):
+	@echo "$(VENV) has no bin/python: is it a finished environment? (conda env create -f environment.yml)" >&2; exit 1
+
+$(STAMP): pyproject.toml setup.py $(CPU_SOURCES) | $(VPY)
+	@$(VPY) -c '$(PY_SUPPORTED)' || { \
+	  echo "the active environment $(VENV) has $$($(VPY) --version 2>/dev/null), which mini does not support ($(PY_RANGE))." >&2; exit 1; }
+	@echo "installing mini into the active environment $(VENV); if the pins changed, update it first: conda env update -f environment.yml --prune"
+	$(RUN) $(VPY) -m pip install --no-deps --no-build-isolation -e .
+	@$(VPY) -c 'import mini.backends._cpu as m; print("mini: C++ kernels built; OpenMP:", m.openmp_enabled(), "threads:", m.max_threads())'
+	@touch $@
+endif
 
 $(TORCH_STAMP): Makefile | $(STAMP)
 	$(RUN) $(VPY) -m pip install "$(TORCH_SPEC)"
 	@touch $@
 
-# Hook for the learner workspace (filled in by the grading-loop work): if the course CLI
-# has a `workspace` command, it prepares the learner's workspace before Lab opens.
 # The learner's workspace: the student version of every chapter (solutions stripped, hidden
 # tests removed, the chapter's student copy of mini beside each notebook), made on first run
 # in workspace/ (git-ignored) and never overwritten, so work survives re-runs and git pull;
@@ -120,12 +150,10 @@ $(TORCH_STAMP): Makefile | $(STAMP)
 workspace: $(STAMP)
 	@$(RUN) $(VBIN)/mini-course workspace >/dev/null
 
+# `mini-course lab` opens the workspace without nbgrader's instructor tools; with a folder
+# (LAB_DIR) it runs Lab in that folder, so that formgrader finds a course's nbgrader_config.py.
 lab: $(STAMP)
-	@dir="$(LAB_DIR)"; \
-	if [ -z "$$dir" ]; then dir=$$($(RUN) $(VBIN)/mini-course workspace) || exit 1; fi; \
-	root=""; if [ "$$(id -u)" = 0 ]; then root="--allow-root"; fi; \
-	echo "Opening JupyterLab on $$dir/ (stop it with Ctrl-C)"; \
-	$(RUN) exec $(VBIN)/jupyter lab --ServerApp.root_dir="$$dir" $$root $(LAB_ARGS)
+	@$(RUN) exec $(VBIN)/mini-course lab $(LAB_DIR) -- $(LAB_ARGS)
 
 # One BLAS thread per test worker: with -n 2 on 2 cores, a multi-threaded BLAS in each
 # worker oversubscribes the machine and a 0.1 ms matrix product can take 15 ms.
@@ -135,9 +163,13 @@ test: $(TEST_DEPS)
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis
 	find mini grader -name '*.so' -delete 2>/dev/null || true
-	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} + 
-	find . -path ./$(VENV) -prune -o -name '*.stamp' -type f -exec rm -f {} +
+	find . -path ./.venv -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} + 
+	find . -path ./.venv -prune -o -name '*.stamp' -type f -exec rm -f {} +
 	rm -f $(STAMP)
 
 distclean: clean
+ifeq ($(ENV_KIND),venv)
 	rm -rf $(VENV)
+else
+	@echo "kept the active environment $(VENV) (remove it with conda env remove, if you mean to)"
+endif

@@ -6,15 +6,21 @@ Instructors::
     cd ~/mini-course-2026
     mini-course release 03                       # release/03_strides/ to hand out
     mini-course import 03 ~/Downloads/submissions.zip
+                                                 # or, on a shared server (nbgrader's exchange):
+                                                 # release 03 --exchange, then collect 03
     mini-course autograde 03                     # every submission, in sandboxes, in parallel;
                                                  # --student S for one, --jobs N
     mini-course feedback 03                      # feedback/<student>/03_strides/*.html
     mini-course grades --csv grades.csv
 
+    mini-course lab ~/mini-course-2026           # JupyterLab on the course, formgrader working
+
 Learners and self-learners::
 
+    mini-course lab                              # JupyterLab on my workspace (= make lab)
     mini-course workspace                        # workspace/NN_topic/ student notebooks
     mini-course check 03                         # run my notebook, table of what passes
+    mini-course export ~/my-mini                 # my mini as a package, with mini's tests
 
 Authors and maintainers::
 
@@ -39,7 +45,7 @@ __all__ = ["main", "build_parser"]
 def _cmd_init(a) -> int:
     from grader.course import init_course
     init_course(a.dir, force=a.force, course_id=a.course_id, cell_timeout=a.cell_timeout,
-                check_timeout=a.check_timeout, check_memory=a.check_memory,
+                check_timeout=a.check_timeout, check_memory=a.check_memory, exchange=a.exchange,
                 kernel_memory=a.kernel_memory, notebook_timeout=a.notebook_timeout,
                 course_src=Path(a.course_src) if a.course_src else None)
     return 0
@@ -47,13 +53,20 @@ def _cmd_init(a) -> int:
 
 def _cmd_release(a) -> int:
     from grader.course import release
-    release(a.chapter, a.course_dir, refresh=a.refresh)
+    release(a.chapter, a.course_dir, refresh=a.refresh, exchange=a.exchange)
+    return 0
+
+
+def _cmd_collect(a) -> int:
+    from grader.course import collect
+    collect(a.chapter, a.course_dir)
     return 0
 
 
 def _cmd_import(a) -> int:
     from grader.course import import_submissions
     report = import_submissions(a.chapter, a.path, a.course_dir)
+    # 1: nothing of the upload could be used (every file rejected).
     return 1 if report.rejected and not (report.imported or report.replaced or report.unchanged) else 0
 
 
@@ -72,13 +85,25 @@ def _cmd_feedback(a) -> int:
 
 def _cmd_grades(a) -> int:
     from grader.course import grades
+    out = Path(a.csv).expanduser() if a.csv else None
+    if out is not None:    # before the gradebook is read: a typo costs nothing
+        if out.is_dir():
+            raise CourseError(f"--csv {a.csv} is a folder: give a file name, e.g. {out / 'grades.csv'}")
+        if not out.parent.is_dir():
+            raise CourseError(f"--csv {a.csv}: the folder {out.parent} does not exist")
     rows = grades(a.course_dir)
-    if a.csv:
+    if out is not None:
         from grader.course import GRADE_FIELDS
-        with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=GRADE_FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        tmp = out.with_name(f".{out.name}.part")
+        try:
+            with open(tmp, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=GRADE_FIELDS)
+                w.writeheader()
+                w.writerows(rows)
+            tmp.replace(out)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise CourseError(f"--csv {a.csv}: cannot write it ({e.strerror})") from None
         print(f"wrote {len(rows)} rows to {a.csv}")
     if not rows:
         print("no grades yet (run `mini-course autograde CHAPTER`)")
@@ -101,34 +126,68 @@ def _cmd_grades(a) -> int:
 
 
 def _cmd_check(a) -> int:
+    """Exit 0: every notebook of the chapter earns full marks; 1: some point is missing;
+    2: nothing could be checked (no notebook, one that does not run)."""
     from grader.course import default_course_src, list_chapters, repo_root, resolve_chapter
-    from grader.selfcheck import check_notebook, format_table
+    from grader.selfcheck import check_notebook, format_table, score
     import os
 
     course_src = default_course_src()
     chapter = resolve_chapter(a.chapter, list_chapters(course_src))
     if a.notebook:
-        targets = [Path(a.notebook)]
+        targets = [Path(a.notebook).expanduser()]
     else:
+        # Only the learner's own notebooks: never course/ (the instructor's answers would
+        # score full marks for work the learner did not do).
         ws = Path(os.environ.get("MINI_WORKSPACE") or repo_root() / "workspace") / chapter
-        folder = ws if ws.is_dir() and any(ws.glob("*.ipynb")) else course_src / chapter
-        targets = sorted(folder.glob("*.ipynb"))
+        targets = sorted(ws.glob("*.ipynb")) if ws.is_dir() else []
+        if not targets:
+            raise CourseError(
+                f"no notebook of {chapter} in your workspace ({ws}): make your copy with "
+                f"`make lab` (it opens it in JupyterLab) or `mini-course workspace`, do the "
+                f"exercises, then check again; or name a notebook: "
+                f"`mini-course check {chapter[:2]} PATH.ipynb`")
+    for nb in targets:
+        if not nb.is_file():
+            raise CourseError(f"{nb} is not a notebook file" if nb.exists()
+                              else f"{nb} does not exist")
+        if nb.suffix != ".ipynb":
+            raise CourseError(f"{nb} is not a notebook (.ipynb)")
     status = 0
     for nb in targets:
-        if not nb.exists():
-            print(f"error: {nb} does not exist", file=sys.stderr)
-            return 2
         instructor = course_src / chapter / nb.name
+        if not instructor.exists():
+            # A renamed copy (strides-Copy1.ipynb): the chapter's notebook if it has one only.
+            own = sorted((course_src / chapter).glob("*.ipynb"))
+            instructor = own[0] if len(own) == 1 else None
+            if instructor is None:
+                print(f"note: {nb.name} is none of {chapter}'s notebooks "
+                      f"({', '.join(p.name for p in own)}): only its visible tests are run",
+                      file=sys.stderr)
         print(f"checking {nb} ...", flush=True)
         try:
-            results = check_notebook(nb, instructor if instructor.exists() else None,
-                                     timeout=a.timeout)
+            results = check_notebook(nb, instructor, timeout=a.timeout)
         except Exception as e:  # noqa: BLE001 - the notebook could not run at all
             print(f"error: could not run {nb}: {type(e).__name__}: {e}", file=sys.stderr)
             status = 2
             continue
         print(format_table(results))
+        earned, total = score(results)
+        if earned < total and status == 0:
+            status = 1
     return status
+
+
+def _cmd_lab(a) -> int:
+    from grader.lab import lab_launch, run_lab
+    directory, extra = a.dir, list(a.jupyter_args or [])
+    if directory is not None and directory.startswith("-"):   # `lab -- --port 8890`
+        directory, extra = None, [directory] + extra
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    launch = lab_launch(directory, extra, log=lambda msg: print(msg, file=sys.stderr))
+    run_lab(launch, log=lambda msg: print(msg, file=sys.stderr))
+    return 0  # pragma: no cover - run_lab replaces this process
 
 
 def _cmd_workspace(a) -> int:
@@ -138,11 +197,19 @@ def _cmd_workspace(a) -> int:
     return 0
 
 
+def _cmd_export(a) -> int:
+    from grader.own import export
+    export(a.dir, a.workspace, log=lambda msg: print(msg, file=sys.stderr))
+    return 0
+
+
 def _cmd_sync(a) -> int:
     from grader.course import default_course_src, default_mini_src, list_chapters
     from grader.solutions import reference_regions, sync_notebook
 
     course_src = Path(a.course_src) if a.course_src else default_course_src()
+    if not list_chapters(course_src):
+        raise CourseError(f"no chapters with notebooks in {course_src}")
     refs = reference_regions(default_mini_src())
     differing = []
     for chapter in list_chapters(course_src):
@@ -207,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--notebook-timeout", type=float, default=1800,
                    help="seconds for a whole notebook at autograde (its cells, then its checks)")
     s.add_argument("--course-src", help="folder of chapters (default: the repository's course/)")
+    s.add_argument("--exchange", default=None, metavar="DIR",
+                   help="nbgrader's exchange folder, for `release --exchange` and `collect` "
+                        "(shared servers: students fetch and submit there)")
     s.set_defaults(func=_cmd_init)
 
     def course_opt(s):
@@ -218,8 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--refresh", action="store_true",
                    help="first re-copy source/<chapter> from the repository's course/ and mini "
                         "(the old one is backed up)")
+    s.add_argument("--exchange", action="store_true",
+                   help="also publish it to nbgrader's exchange (Exchange.root in "
+                        "nbgrader_config.py) for students to fetch")
     course_opt(s)
     s.set_defaults(func=_cmd_release)
+
+    s = sub.add_parser("collect", help="collect submissions from nbgrader's exchange into submitted/")
+    s.add_argument("chapter")
+    course_opt(s)
+    s.set_defaults(func=_cmd_collect)
 
     s = sub.add_parser("import", help="import submissions (folder or .zip, <student>_<notebook>.ipynb)")
     s.add_argument("chapter")
@@ -257,10 +335,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=int, default=120, help="seconds per cell")
     s.set_defaults(func=_cmd_check)
 
+    s = sub.add_parser("lab", help="open JupyterLab: on a course directory (formgrader works "
+                                   "there), else on the learner's workspace",
+                       description="Open JupyterLab.  With COURSE_DIR (a course made by "
+                                   "`mini-course init`): Lab runs in that directory, so "
+                                   "nbgrader's formgrader finds its nbgrader_config.py.  "
+                                   "Without it: the learner's workspace (created on first "
+                                   "use), without nbgrader's instructor tools (Validate stays). "
+                                   "Arguments after `--` go to jupyter lab.")
+    s.add_argument("dir", nargs="?", default=None, metavar="COURSE_DIR")
+    s.add_argument("jupyter_args", nargs=argparse.REMAINDER,
+                   help="after --: arguments for jupyter lab (e.g. -- --port 8890 --no-browser)")
+    s.set_defaults(func=_cmd_lab)
+
     s = sub.add_parser("workspace", help="create/extend the learner's workspace; prints its "
                                          "path on stdout (progress goes to stderr)")
     s.add_argument("--dir", default=None, help="default: workspace/ at the repository root")
     s.set_defaults(func=_cmd_workspace)
+
+    s = sub.add_parser("export", help="write your mini as a Python package: mini with your "
+                                      "code in every slot you wrote, a README of what is "
+                                      "whose, and mini's tests (run `pytest` there)")
+    s.add_argument("dir", help="a new (or empty) folder")
+    s.add_argument("--workspace", default=None,
+                   help="default: $MINI_WORKSPACE or workspace/ at the repository root")
+    s.set_defaults(func=_cmd_export)
 
     s = sub.add_parser("build", help="build the chapter notebooks from their sources "
                                      "(course/sources/NN_topic/*.md)")
@@ -295,6 +394,12 @@ def main(argv: list[str] | None = None, platform: str | None = None) -> int:
         return int(args.func(args) or 0)
     except CourseError as e:
         print(f"mini-course: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # A path the user gave (or one under it) that cannot be read or written: say which
+        # and why, not a traceback.
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"mini-course {args.command}: {where}{e.strerror or e}", file=sys.stderr)
         return 2
 
 

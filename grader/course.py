@@ -39,7 +39,7 @@ __all__ = [
     "resolve_chapter", "chapter_number", "init_course", "release", "import_submissions",
     "autograde", "feedback", "grades", "workspace", "run_nbgrader", "student_id_from_filename",
     "hidden_slots_by_cell", "find_leaks", "course_config", "course_secret", "StudentResult",
-    "audit_release",
+    "audit_release", "rejected_at_import", "collect",
 ]
 
 CHAPTER_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+$")
@@ -53,7 +53,8 @@ COURSE_FILE = ".mini-course.json"
 # Copied from a submission into the grading folder never (besides nbgrader's defaults):
 # packages that would shadow the grader's own imports in the kernel.
 IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grader", "numpy",
-          "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR]
+          "nbgrader", "sitecustomize.py", "usercustomize.py", "*.pth", STATE_DIR,
+          ".mini-workspace.json"]
 
 
 class CourseError(Exception):
@@ -113,7 +114,19 @@ def course_config(course_dir: Path) -> dict:
     if not p.exists():
         raise CourseError(f"{course_dir} is not a mini-course directory (no {COURSE_FILE}); "
                           f"create one with `mini-course init DIR`")
-    return json.loads(p.read_text())
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise CourseError(f"{p} cannot be read ({type(e).__name__}: {e}); it holds the course "
+                          f"id and where course/ is: restore it from a backup, or re-create it "
+                          f"with `mini-course init --force {course_dir}` (keeps submissions "
+                          f"and grades)") from None
+    missing = [k for k in ("course_id", "course_src", "mini_src") if not isinstance(data, dict)
+               or not isinstance(data.get(k), str)]
+    if missing:
+        raise CourseError(f"{p} lacks {', '.join(missing)}: re-create it with "
+                          f"`mini-course init --force {course_dir}` (keeps submissions and grades)")
+    return data
 
 
 def _course_chapters(course_dir: Path) -> list[str]:
@@ -158,8 +171,15 @@ def _ensure_path() -> None:
 
 
 def load_nbgrader_config(course_dir: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    return PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+    from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
+    try:
+        return PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+    except ConfigFileNotFound:
+        raise CourseError(f"{course_dir / 'nbgrader_config.py'} is missing: re-create it with "
+                          f"`mini-course init --force {course_dir}`") from None
+    except Exception as e:  # noqa: BLE001 - a syntax or runtime error in the instructor's file
+        raise CourseError(f"{course_dir / 'nbgrader_config.py'} does not run: "
+                          f"{type(e).__name__}: {e}") from None
 
 
 def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
@@ -167,8 +187,9 @@ def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
                  log_name: str | None = None, root: Path | None = None) -> dict:
     """Run one nbgrader step in this process through ``nbgrader.apps.NbGraderAPI``, with the
     course's ``nbgrader_config.py`` (plus ``config``: ``{"Section.trait": value}``).
-    ``step``: ``generate_assignment``, ``autograde``, ``generate_feedback`` or ``db``
-    (create the gradebook).  ``root``: run on another course folder (a private copy) with
+    ``step``: ``generate_assignment``, ``autograde``, ``generate_feedback``,
+    ``release_assignment`` and ``collect`` (nbgrader's exchange) or ``db`` (create the
+    gradebook).  ``root``: run on another course folder (a private copy) with
     this course's configuration.  Returns nbgrader's ``{"success", "log", "error"}``."""
     _ensure_path()
     import logging
@@ -190,6 +211,19 @@ def run_nbgrader(course_dir: Path, step: str, chapter: str | None = None,
         result = api.autograde(chapter, student, force=True, create=True)
     elif step == "generate_feedback":
         result = api.generate_feedback(chapter, student_id=student, force=True)
+    elif step in ("release_assignment", "collect"):
+        # nbgrader's exchange: publish release/<chapter> to the outbound folder (again, if it
+        # is there: a re-release replaces it), or copy the newest submission of each student
+        # from the inbound folder to submitted/.
+        from nbgrader.apps.api import capture_log, temp_attrs
+        with temp_attrs(api.coursedir, assignment_id=chapter):
+            cls = api.exchange.ReleaseAssignment if step == "release_assignment" else api.exchange.Collect
+            app = cls(coursedir=api.coursedir, authenticator=api.authenticator, parent=api)
+            if step == "release_assignment":
+                app.force = True
+            else:
+                app.update = True
+            result = capture_log(app)
     elif step == "db":
         from nbgrader.api import Gradebook
         with Gradebook(coursedir.db_url, coursedir.course_id):
@@ -250,6 +284,13 @@ c.TrustedVerdicts.check_timeout = {check_timeout}
 c.TrustedVerdicts.memory_limit = {check_memory!r}
 c.TrustedVerdicts.notebook_timeout = {notebook_timeout}
 
+# nbgrader's exchange, for shared servers and JupyterHub: `mini-course release CHAPTER
+# --exchange` publishes the release there, students `nbgrader fetch_assignment CHAPTER
+# --course {course_id}` and `nbgrader submit CHAPTER --course {course_id}` from their own
+# accounts (their nbgrader configuration names the same root), `mini-course collect
+# CHAPTER` gathers the submissions into submitted/.
+{exchange_line}
+
 # Feedback: hidden tests removed from cell sources AND outputs (tracebacks), outputs capped.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
@@ -268,7 +309,8 @@ def _copy_chapter(course_src: Path, chapter: str, dest: Path, mini_src: Path) ->
 def init_course(course_dir: str | Path, *, course_src: Path | None = None,
                 mini_src: Path | None = None, force: bool = False, course_id: str = "mini",
                 cell_timeout: int = 120, check_timeout: float = 60, check_memory: str = "4G",
-                kernel_memory: str = "6G", notebook_timeout: float = 1800, log=print) -> Path:
+                kernel_memory: str = "6G", notebook_timeout: float = 1800,
+                exchange: str | Path | None = None, log=print) -> Path:
     """Create an instructor course directory (see the module docstring).
 
     Refuses a non-empty ``course_dir`` unless ``force``; with ``force`` the files it would
@@ -302,7 +344,9 @@ def init_course(course_dir: str | Path, *, course_src: Path | None = None,
     config_text = CONFIG_TEMPLATE.format(
         course_id=course_id, ignore=IGNORE, cell_timeout=int(cell_timeout),
         check_timeout=float(check_timeout), check_memory=str(check_memory),
-        kernel_memory=str(kernel_memory), notebook_timeout=float(notebook_timeout))
+        kernel_memory=str(kernel_memory), notebook_timeout=float(notebook_timeout),
+        exchange_line=(f"c.Exchange.root = {str(Path(exchange).expanduser().resolve())!r}"
+                       if exchange else "# c.Exchange.root = '/srv/nbgrader/exchange'"))
     cfg = course_dir / "nbgrader_config.py"
     if cfg.exists() and cfg.read_text() != config_text:
         keep(cfg)
@@ -363,7 +407,7 @@ def _chapter_in_course(course_dir: Path, arg: str) -> str:
 
 
 def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: bool = False,
-            log=print) -> Path:
+            log=print, exchange: bool = False) -> Path:
     """nbgrader generate_assignment for the chapter (solutions stripped, hidden tests
     removed, the student mini alongside); returns ``release/<chapter>``.  A chapter added to
     course/ after ``init`` is copied into source/ first; ``refresh`` re-copies it from course/
@@ -397,7 +441,50 @@ def release(chapter_arg: str, course_dir: str | Path | None = None, refresh: boo
                           f"{chapter_number(chapter)}'s exercises (a student could call them "
                           f"instead of writing their own):\n" + "\n".join(f"  {a}" for a in answers))
     log(f"released {chapter}: {out}")
+    if exchange:
+        result = run_nbgrader(course_dir, "release_assignment", chapter,
+                              log_name=f"exchange-release-{chapter}")
+        if not result["success"]:
+            raise CourseError(f"nbgrader release_assignment {chapter} failed (is Exchange.root "
+                              f"set in nbgrader_config.py, and writable?):\n"
+                              + _nbgrader_errors(result))
+        root, course_id = _exchange_root(course_dir), course_config(course_dir)["course_id"]
+        log(f"released {chapter} to the exchange ({root}/{course_id}/outbound/{chapter}); "
+            f"students: nbgrader fetch_assignment {chapter} --course {course_id}")
     return out
+
+
+def _exchange_root(course_dir: Path) -> str:
+    return str(_config_value(load_nbgrader_config(course_dir), "Exchange", "root",
+                             "/srv/nbgrader/exchange"))
+
+
+def collect(chapter_arg: str, course_dir: str | Path | None = None, log=print) -> list[str]:
+    """nbgrader collect: the newest submission of each student from the exchange's inbound
+    folder into ``submitted/<student>/<chapter>/`` (an older collected one is replaced; grade
+    with ``autograde`` afterwards).  Returns the students whose submission is new or newer."""
+    course_dir = _course_paths(course_dir)
+    chapter = _chapter_in_course(course_dir, chapter_arg)
+
+    def stamps() -> dict[str, str]:
+        out = {}
+        for s in _submitted_students(course_dir, chapter):
+            t = course_dir / "submitted" / s / chapter / "timestamp.txt"
+            out[s] = t.read_text().strip() if t.is_file() else ""
+        return out
+
+    before = stamps()
+    result = run_nbgrader(course_dir, "collect", chapter, log_name=f"exchange-collect-{chapter}")
+    if not result["success"]:
+        raise CourseError(f"nbgrader collect {chapter} failed (exchange {_exchange_root(course_dir)}):"
+                          f"\n" + _nbgrader_errors(result))
+    after = stamps()
+    new = sorted(s for s in after if before.get(s) != after[s])
+    for s in new:
+        log(f"collected: {s}/{chapter} (submitted {after[s] or 'at an unknown time'})")
+    log(f"{len(new)} new or newer submissions of {chapter} collected, {len(after)} in submitted/; "
+        f"next: mini-course autograde {chapter}")
+    return new
 
 
 # --------------------------------------------------------------------------- leaks
@@ -453,12 +540,29 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
     outside its solution regions (``mini/notebook.py`` defines a ``run_check`` for students).
     """
     import nbformat
-    from grader.solutions import BEGIN, END, _all_regions, notebook_regions
+    from grader.solutions import BEGIN, END, _all_regions, cpp_regions, notebook_regions
 
     secret, allowed, mini_lines = set(), set(), set()
     for r in _all_regions(mini_src):
         if int(r.slot_id[:2]) >= chapter:
             secret.update(l.strip() for l in r.text.splitlines())
+    # C++/CUDA regions (// BEGIN SOLUTION NN.name): mini's kernels that would give an answer
+    # away; the rest of those files ships and may repeat a line
+    cpp = cpp_regions(mini_src)
+    for r in cpp:
+        if int(r.slot_id[:2]) >= chapter:
+            secret.update(l.strip() for l in r.text.splitlines())
+    for path in sorted({r.path for r in cpp} | set(_cpp_files_of(mini_src))):
+        lines = path.read_text().splitlines()
+        inside = False
+        for line in lines:
+            s = line.strip()
+            if s.startswith("// BEGIN SOLUTION"):
+                inside = True
+            elif s == "// END SOLUTION":
+                inside = False
+            elif not inside:
+                allowed.add(s)
     for p in mini_src.rglob("*.py"):
         if "__pycache__" in p.parts:
             continue
@@ -515,6 +619,11 @@ def find_leaks(release_dir: Path, chapter: int, mini_src: Path,
     return leaks
 
 
+def _cpp_files_of(mini_src: Path):
+    from grader.solutions import CPP_SUFFIXES
+    return [p for p in Path(mini_src).rglob("*") if p.suffix in CPP_SUFFIXES and p.is_file()]
+
+
 # --------------------------------------------------------------------------- import
 
 def student_id_from_filename(filename: str, notebooks: list[str]) -> tuple[str, str]:
@@ -557,6 +666,72 @@ class ImportReport:
     rejected: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)   # imported, but not a valid notebook
 
+    @property
+    def found(self) -> int:
+        """How many notebooks the upload held (kept or not)."""
+        return len(self.imported) + len(self.unchanged) + len(self.replaced) + len(self.rejected)
+
+
+@dataclass
+class _Upload:
+    """One file of an upload: its path inside the folder or zip, bytes, modification time,
+    and why it cannot be read (a corrupt zip member), if so."""
+    path: str
+    data: bytes
+    when: _dt.datetime | None
+    unreadable: str = ""
+
+
+def _read_upload(path: Path) -> list[_Upload]:
+    """The files of a folder or a .zip (bytes of notebooks only), in path order.  A zip
+    member that cannot be decompressed (bad CRC, truncated, corrupt deflate stream) is
+    returned with ``unreadable`` set, so it is listed as rejected and the rest imported."""
+    import zlib
+
+    if not path.exists():
+        raise CourseError(f"{path} does not exist: give the folder or .zip of submissions")
+    entries: list[_Upload] = []
+    if path.is_dir():
+        for p in sorted(path.rglob("*")):
+            rel = p.relative_to(path)
+            if p.is_file() and ".ipynb_checkpoints" not in rel.parts and "__MACOSX" not in rel.parts:
+                try:
+                    data = p.read_bytes() if p.suffix.lower() == ".ipynb" else b""
+                except OSError as e:
+                    entries.append(_Upload(rel.as_posix(), b"", None, f"unreadable ({e.strerror})"))
+                    continue
+                entries.append(_Upload(rel.as_posix(), data,
+                                       _dt.datetime.fromtimestamp(p.stat().st_mtime)))
+        return entries
+    if not zipfile.is_zipfile(path):
+        raise CourseError(f"{path} is neither a folder nor a .zip file (a damaged download? "
+                          f"download the submissions again)")
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                name = info.filename.replace("\\", "/")
+                parts = name.split("/")
+                if info.is_dir() or "__MACOSX" in parts or ".ipynb_checkpoints" in parts:
+                    continue
+                try:
+                    when = _dt.datetime(*info.date_time)
+                except ValueError:
+                    when = None
+                if not parts[-1].lower().endswith(".ipynb"):
+                    entries.append(_Upload(name, b"", when))
+                    continue
+                try:
+                    data = z.read(info)
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError,
+                        RuntimeError) as e:   # RuntimeError: an encrypted member
+                    entries.append(_Upload(name, b"", when,
+                                           f"corrupt in the zip ({type(e).__name__}: {e})"))
+                    continue
+                entries.append(_Upload(name, data, when))
+    except zipfile.BadZipFile as e:
+        raise CourseError(f"{path} is not a readable .zip file ({e}); download it again") from None
+    return entries
+
 
 def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Path | None = None,
                        log=print) -> ImportReport:
@@ -564,10 +739,17 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
 
     An existing different submission is moved to
     ``.mini-grader/archive/<student>/<chapter>/<timestamp>/`` first (and reported); an
-    identical one is left alone.  Files with unsafe or unrecognized names are rejected,
-    listed, and recorded for the autograde summary (status ``rejected at import``); a file
-    with a good name that is not a valid notebook is imported all the same (nothing is lost)
-    and will be graded 0 with status ``invalid notebook``.
+    identical one is left alone.  Files with unsafe or unrecognized names, and zip members
+    that cannot be decompressed, are rejected, listed by their path inside the upload, and
+    recorded for the autograde summary and the grades (status ``rejected at import``); the
+    rest is imported.  A file with a good name that is not a valid notebook is imported all
+    the same (nothing is lost) and will be graded 0 with status ``invalid notebook``.
+
+    Two files for one student and notebook (``a/erin_strides.ipynb`` and
+    ``b/erin-strides.ipynb``): the newer by modification time (a zip's own timestamps, a
+    folder's mtimes) is imported and the other is rejected, both named by their paths; with
+    equal times neither is imported and both are rejected, so that the instructor chooses.
+    An upload with no notebook at all is an error.
     """
     import nbformat
 
@@ -576,47 +758,68 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
     notebooks = sorted(p.stem for p in (course_dir / "source" / chapter).glob("*.ipynb"))
     if not notebooks:
         raise CourseError(f"source/{chapter} has no notebooks")
-    path = Path(path)
-    entries: list[tuple[str, bytes, _dt.datetime | None]] = []
-    if path.is_dir():
-        for p in sorted(path.rglob("*")):
-            if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__MACOSX" not in p.parts:
-                entries.append((p.name, p.read_bytes() if p.suffix == ".ipynb" else b"",
-                                _dt.datetime.fromtimestamp(p.stat().st_mtime)))
-    elif path.is_file() and zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
-                parts = info.filename.replace("\\", "/").split("/")
-                if info.is_dir() or "__MACOSX" in parts or ".ipynb_checkpoints" in parts:
-                    continue
-                data = z.read(info) if parts[-1].lower().endswith(".ipynb") else b""
-                entries.append((parts[-1], data, _dt.datetime(*info.date_time)))
-    else:
-        raise CourseError(f"{path} is neither a folder nor a .zip file")
+    path = Path(path).expanduser()
+    entries = _read_upload(path)
     report = ImportReport()
-    seen: dict[tuple[str, str], str] = {}
-    now = _dt.datetime.now()
-    for name, data, when in entries:
+    records: dict[str, dict] = {}     # path inside the upload -> the rejection
+
+    def reject(entry_path: str, why: str, student: str = "") -> None:
+        report.rejected.append(f"{entry_path}: {why}")
+        records[entry_path] = {"status": "rejected at import", "student": student,
+                               "detail": f"{entry_path}: {why}", "upload": str(path.resolve()),
+                               "when": _timestamp()}
+
+    # Who is who; two files for one student's notebook are settled before anything is written.
+    claims: dict[tuple[str, str], list[_Upload]] = {}
+    for e in entries:
+        name = e.path.rsplit("/", 1)[-1]
         if not name.lower().endswith(".ipynb"):
             if not name.startswith("."):
-                report.rejected.append(f"{name}: not a notebook, skipped")
+                reject(e.path, "not a notebook (.ipynb), skipped")
+            continue
+        if e.unreadable:
+            reject(e.path, f"{e.unreadable}, skipped: ask for it again")
             continue
         try:
             student, notebook = student_id_from_filename(name, notebooks)
-        except ValueError as e:
-            report.rejected.append(str(e))
+        except ValueError as err:
+            reject(e.path, str(err).split(": ", 1)[-1])
             continue
-        if (student, notebook) in seen:
-            report.rejected.append(f"{name}: a second file for {student}/{notebook} "
-                                   f"(first: {seen[student, notebook]}); skipped")
+        claims.setdefault((student, notebook), []).append(e)
+    if not any(e.path.lower().endswith(".ipynb") for e in entries):
+        raise CourseError(f"{path} holds no submissions (no .ipynb files); expected "
+                          f"<student>_<notebook>.ipynb files with <notebook> one of "
+                          f"{', '.join(notebooks)}")
+    chosen: list[tuple[str, str, _Upload]] = []
+    for (student, notebook), files in sorted(claims.items()):
+        if len(files) == 1:
+            chosen.append((student, notebook, files[0]))
             continue
+        def stamp(e):
+            return e.when or _dt.datetime.min
+        files = sorted(files, key=stamp, reverse=True)
+        newest = [f for f in files if stamp(f) == stamp(files[0])]
+        shown = lambda f: f"{f.path} ({f.when:%Y-%m-%d %H:%M:%S})" if f.when else f.path  # noqa: E731
+        if len(newest) > 1:
+            for f in files:
+                reject(f.path, f"one of {len(files)} files for {student}/{notebook}.ipynb "
+                               f"({', '.join(shown(g) for g in files)}) with the same newest "
+                               f"modification time: none imported; import the right one alone",
+                       student)
+            continue
+        chosen.append((student, notebook, files[0]))
+        for f in files[1:]:
+            reject(f.path, f"older duplicate for {student}/{notebook}.ipynb: kept "
+                           f"{shown(files[0])}, skipped {shown(f)}", student)
+    now = _dt.datetime.now()
+    for student, notebook, e in chosen:
+        data = e.data
         try:
             nbformat.reads(data.decode("utf-8"), as_version=4)
-        except Exception as e:  # noqa: BLE001
-            report.invalid.append(f"{student}/{chapter}/{notebook}.ipynb: not a valid notebook "
-                                  f"({type(e).__name__}): kept, and graded 0 with status "
-                                  f"'invalid notebook'")
-        seen[student, notebook] = name
+        except Exception as err:  # noqa: BLE001
+            report.invalid.append(f"{student}/{chapter}/{notebook}.ipynb (from {e.path}): not a "
+                                  f"valid notebook ({type(err).__name__}): kept, and graded 0 "
+                                  f"with status 'invalid notebook'")
         dest_dir = course_dir / "submitted" / student / chapter
         dest = dest_dir / f"{notebook}.ipynb"
         label = f"{student}/{chapter}/{notebook}.ipynb"
@@ -637,8 +840,8 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
         tmp = dest.with_suffix(".ipynb.part")
         tmp.write_bytes(data)
         os.replace(tmp, dest)
-        stamp = (when if when and when <= now else now)
-        (dest_dir / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f"))
+        when = (e.when if e.when and e.when <= now else now)
+        (dest_dir / "timestamp.txt").write_text(when.strftime("%Y-%m-%d %H:%M:%S.%f"))
     for title, items in (("imported", report.imported), ("replaced", report.replaced),
                          ("unchanged", report.unchanged), ("rejected", report.rejected),
                          ("warning", report.invalid)):
@@ -646,14 +849,23 @@ def import_submissions(chapter_arg: str, path: str | Path, course_dir: str | Pat
             log(f"{title}: {item}")
     log(f"{len(report.imported)} imported, {len(report.replaced)} replaced, "
         f"{len(report.unchanged)} unchanged, {len(report.rejected)} rejected")
-    if report.rejected:
-        store = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}-rejected.json")
-        data = store.load()
-        for item in report.rejected:
-            data[item.split(":", 1)[0]] = {"status": "rejected at import", "detail": item,
-                                           "when": _timestamp()}
-        store.save(data)
+    # The rejections of this upload replace those recorded the last time it was imported.
+    store = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}-rejected.json")
+    recorded = {k: v for k, v in store.load().items()
+                if not (isinstance(v, dict) and v.get("upload") == str(path.resolve()))}
+    recorded.update(records)
+    if recorded or store.path.exists():
+        store.save(recorded)
     return report
+
+
+def rejected_at_import(course_dir: Path, chapter: str) -> list[dict]:
+    """The rejections recorded for ``chapter`` by ``import``: ``{"path", "student",
+    "detail"}`` each (``student`` is empty when the file name names none)."""
+    data = _JsonStore(Path(course_dir) / STATE_DIR / "status" / f"{chapter}-rejected.json").load()
+    return [{"path": k, "student": (v.get("student", "") if isinstance(v, dict) else ""),
+             "detail": (v.get("detail", k) if isinstance(v, dict) else k)}
+            for k, v in sorted(data.items())]
 
 
 # --------------------------------------------------------------------------- autograde
@@ -670,8 +882,18 @@ def hidden_slots_by_cell(nb_path: Path) -> dict[str, list[str]]:
 
 def _gradebook(course_dir: Path):
     from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SQLAlchemyError
     cfg = course_config(course_dir)
-    return Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}", course_id=cfg["course_id"])
+    db = course_dir / "gradebook.db"
+    if not db.is_file():
+        raise CourseError(f"{db} is missing: `mini-course init --force {course_dir}` creates an "
+                          f"empty one; earlier ones are in {STATE_DIR}/backup/")
+    try:
+        return Gradebook(f"sqlite:///{db}", course_id=cfg["course_id"])
+    except SQLAlchemyError as e:
+        raise CourseError(f"{db} cannot be opened as a gradebook ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0]}); copies made before each autograde are in "
+                          f"{STATE_DIR}/backup/") from None
 
 
 def _submitted_students(course_dir: Path, chapter: str) -> list[str]:
@@ -906,13 +1128,16 @@ def autograde(chapter_arg: str, course_dir: str | Path | None = None, student: s
         for grader in graders:
             grader.close()
         shutil.rmtree(work, ignore_errors=True)
-    rejected = _JsonStore(course_dir / STATE_DIR / "status" / f"{chapter}-rejected.json").load()
+    # Files rejected at import are rows of the summary too: nobody is silently missing.
+    rejected = [] if student else rejected_at_import(course_dir, chapter)
+    for r in rejected:
+        log(f"{r['student'] or r['path']}: - [rejected at import]  {r['detail']}")
     counts: dict[str, int] = {}
     for r in results.values():
         counts[r.status] = counts.get(r.status, 0) + 1
     counts_text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     log(f"graded {len(results)} submissions of {chapter}: {counts_text}"
-        + (f"; {len(rejected)} rejected at import (see `mini-course grades`)" if rejected else ""))
+        + (f"; {len(rejected)} files rejected at import (listed above)" if rejected else ""))
     if no_sandbox:
         log("WARNING: these grades were computed WITHOUT a sandbox (--no-sandbox).")
     return dict(sorted(results.items()))
@@ -942,12 +1167,15 @@ def feedback(chapter_arg: str, course_dir: str | Path | None = None,
     return out
 
 
-GRADE_FIELDS = ["student", "chapter", "notebook", "grade_id", "score", "max_score", "status"]
+GRADE_FIELDS = ["student", "chapter", "notebook", "grade_id", "score", "max_score", "status",
+                "detail"]
 
 
 def grades(course_dir: str | Path | None = None) -> list[dict]:
     """One row per student, chapter, notebook and graded cell (grade id): score, max, and the
-    submission's grading status; submissions rejected at import get one row each."""
+    submission's grading status (``detail``: why, when it is not ``ok``); each file rejected
+    at import gets one row with status ``rejected at import``: ``student`` is the student
+    its name names (else its path in the upload), ``notebook`` its path in the upload."""
     course_dir = _course_paths(course_dir)
     from nbgrader.api import MissingEntry
 
@@ -961,6 +1189,7 @@ def grades(course_dir: str | Path | None = None) -> list[dict]:
                 except MissingEntry:
                     continue
                 status = statuses.get(st.id, {}).get("status", "ok")
+                detail = "" if status == "ok" else str(statuses.get(st.id, {}).get("detail", ""))
                 for nb in sorted(sub.notebooks, key=lambda n: n.name):
                     for g in sorted(nb.grades, key=lambda g: g.name):
                         if not g.max_score:
@@ -968,17 +1197,26 @@ def grades(course_dir: str | Path | None = None) -> list[dict]:
                         rows.append({"student": st.id, "chapter": assignment.name,
                                      "notebook": nb.name, "grade_id": g.name,
                                      "score": float(g.score), "max_score": float(g.max_score),
-                                     "status": status})
-            rejected = _JsonStore(course_dir / STATE_DIR / "status"
-                                  / f"{assignment.name}-rejected.json").load()
-            for name in sorted(rejected):
-                rows.append({"student": name, "chapter": assignment.name, "notebook": "",
-                             "grade_id": "", "score": 0.0, "max_score": 0.0,
-                             "status": "rejected at import"})
+                                     "status": status, "detail": detail})
+            for r in rejected_at_import(course_dir, assignment.name):
+                rows.append({"student": r["student"] or r["path"], "chapter": assignment.name,
+                             "notebook": r["path"], "grade_id": "", "score": 0.0,
+                             "max_score": 0.0, "status": "rejected at import",
+                             "detail": r["detail"]})
     return rows
 
 
 # --------------------------------------------------------------------------- workspace
+
+def mark_workspace_chapter(folder: Path) -> None:
+    """Mark ``folder`` as a chapter of a learner's workspace: its setup cell may then load the
+    learner's passing answers from the earlier chapters next to it (:mod:`mini.yours`).  A
+    class release has no such file, and reads nothing outside its folder."""
+    from mini.yours import WORKSPACE_MARKER
+    marker = folder / WORKSPACE_MARKER
+    if not marker.exists():
+        marker.write_text(json.dumps({"workspace": "..", "chapter": folder.name}) + "\n")
+
 
 def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = None,
               mini_src: Path | None = None, log=print) -> Path:
@@ -1024,4 +1262,7 @@ def workspace(ws_dir: str | Path | None = None, *, course_src: Path | None = Non
                         if not (dest / nb.name).exists():
                             shutil.copy2(nb, dest / nb.name)
                             log(f"added {dest / nb.name}")
+    for ch in chapters:   # (workspaces made before the marker existed gain it too)
+        if (ws / ch).is_dir():
+            mark_workspace_chapter(ws / ch)
     return ws

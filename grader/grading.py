@@ -145,15 +145,23 @@ class NotebookGrade:
 def grade_notebook(submitted, source, *, sandbox: Sandbox, mini_dir: Path | None,
                    secret: str | None = None, check_timeout: float = 60.0,
                    limits: Limits = Limits(), notebook_budget: float | None = None,
-                   cache_dir: Path | None = None, log=None) -> NotebookGrade:
+                   cache_dir: Path | None = None, log=None,
+                   cells: list[dict] | None = None, slots=None) -> NotebookGrade:
     """Verdicts of every hidden test of ``source`` (the instructor's notebook) for the
     answers in ``submitted`` (see the module docstring).  ``notebook_budget`` bounds the
-    seconds spent on the whole notebook; checks after it is spent fail as timed out."""
+    seconds spent on the whole notebook; checks after it is spent fail as timed out.
+    ``cells``: what the worker runs, when not ``answer_cells(submitted, source)`` (the
+    learner's own checks add the visible test cells, :mod:`grader.own`); ``slots``: run only
+    the hidden tests that check one of these exercises."""
     from grader.workerproc import WorkerBackend
 
     start = time.monotonic()
     tests = hidden_tests(source)
-    backend = WorkerBackend(sandbox, mini_dir=mini_dir, cells=answer_cells(submitted, source),
+    if slots is not None:
+        tests = [t for t in tests if any(s in slots for s, _ in t.slots)]
+    if cells is None:
+        cells = answer_cells(submitted, source)
+    backend = WorkerBackend(sandbox, mini_dir=mini_dir, cells=cells,
                             limits=limits, check_timeout=check_timeout, cache_dir=cache_dir)
     cells: dict[str, CellVerdict] = {}
     try:

@@ -47,10 +47,12 @@ class SandboxProvisioner(LocalProvisioner):
         (kdir / "kernel.json").write_text(json.dumps(info))
         extra = _extra_arguments(cmd, km.connection_file)
         argv = [box.python, "-m", "ipykernel_launcher", "-f", f"{inside_dir}/kernel.json"] + extra
-        from grader.workerproc import cache_binds
+        from grader.workerproc import cache_binds, cuda_runtime_binds
         writable, env = cache_binds(box, km.cache_dir)
+        readonly, runtime_env = cuda_runtime_binds(box)
+        env.update(runtime_env)
         env.update(km.kernel_env)
-        self.sandbox_process = box.launch(argv, scratch=scratch, readonly=dict(km.readonly),
+        self.sandbox_process = box.launch(argv, scratch=scratch, readonly={**km.readonly, **readonly},
                                           writable=writable, env=env, limits=km.limits,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL)

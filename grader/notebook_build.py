@@ -43,7 +43,7 @@ from grader.checks import solution_grade_id, test_grade_id
 
 __all__ = ["SOURCES", "SourceError", "hidden_tests", "nbgrader_metadata", "exercise_sources",
            "reference_cell", "exercise_table", "build_notebook", "chapter_sources",
-           "notebook_for", "build_chapter", "render"]
+           "notebook_for", "build_chapter", "render", "source_slots", "check_chapter_slots"]
 
 SOURCES = "sources"          # course/sources/NN_topic/<name>.md
 SOURCE_FORMAT = "md"         # jupytext's Markdown format
@@ -258,7 +258,9 @@ def exercise_table(rows: list[str], points: Mapping[str, float], order: list[str
 
 
 def _render_markdown(cell: _Cell, points: Mapping[str, float], order: list[str],
-                     exercises: set[str]) -> str:
+                     exercises: set[str], own: Mapping[str, float] | None = None) -> str:
+    """``{{points}}`` may name any slot of the chapter; the exercise table lists this
+    notebook's slots (``own``)."""
     def substitute(m):
         slot = m.group(1)
         if slot not in points:
@@ -273,7 +275,8 @@ def _render_markdown(cell: _Cell, points: Mapping[str, float], order: list[str],
             j = i + 1
             while j < len(lines) and lines[j].lstrip().startswith("|"):
                 j += 1
-            out += exercise_table(lines[i + 1:j], points, order, exercises, cell.where)
+            out += exercise_table(lines[i + 1:j], points if own is None else own, order,
+                                  exercises, cell.where)
             i = j
         else:
             out.append(lines[i])
@@ -362,16 +365,20 @@ def build_notebook(text: str, chapter: str, *, points: Mapping[str, float] | Non
             source = (f"{body}\n\n" if body else "") + hidden_tests(slot, fn_names[slot])
             code[i] = nbformat.v4.new_code_cell(source, metadata=nbgrader_metadata(
                 grade=True, locked=True, grade_id=test_grade_id(slot), points=points[slot]))
-    missing = [s for s in points if s not in fn_names or s not in tested]
-    if missing:
+    # A chapter may span several notebooks: this one holds the slots its cells name, and
+    # build_chapter checks that the chapter's notebooks hold every slot of POINTS once.
+    own = {s: p for s, p in points.items() if s in fn_names or s in tested}
+    missing = [s for s in own if s not in fn_names or s not in tested]
+    if missing or not own:
         raise SourceError(f"{name}: every graded slot of chapter {number} needs an exercise "
-                          f"(or solution) cell and a test cell; missing for {missing}")
+                          f"(or solution) cell and a test cell; missing for "
+                          f"{missing or list(points)}")
 
     out = []
     for i, cell in enumerate(cells):
         if cell.kind == "markdown":
             out.append(nbformat.v4.new_markdown_cell(
-                _render_markdown(cell, points, order, exercises).strip("\n")))
+                _render_markdown(cell, points, order, exercises, own).strip("\n")))
         else:
             out.append(code[i])
     for i, cell in enumerate(out):
@@ -381,6 +388,32 @@ def build_notebook(text: str, chapter: str, *, points: Mapping[str, float] | Non
     nb.metadata = {key: dict(value) for key, value in NOTEBOOK_METADATA.items()}
     nbformat.validate(nb)
     return nb
+
+
+def source_slots(text: str, name: str = "<source>") -> set[str]:
+    """The graded slots a source's test cells name."""
+    return {c.value for c in _parse(text, name) if c.kind == "test"}
+
+
+def check_chapter_slots(chapter: str, sources: list[Path],
+                        points: Mapping[str, float] | None = None) -> None:
+    """Every slot of the chapter's ``POINTS`` is graded in exactly one of its notebooks."""
+    if points is None:
+        try:
+            points = importlib.import_module(f"grader.checks.ch{chapter}").POINTS
+        except (ImportError, AttributeError):
+            return              # build_notebook says what is missing
+    where: dict[str, list[str]] = {}
+    for source in sources:
+        for slot in source_slots(source.read_text(), source.name):
+            where.setdefault(slot, []).append(source.name)
+    twice = {s: w for s, w in where.items() if len(w) > 1}
+    if twice:
+        raise SourceError(f"chapter {chapter}: slots graded in two notebooks: {twice}")
+    absent = [s for s in points if s not in where]
+    if absent:
+        raise SourceError(f"chapter {chapter}: no notebook has cells for {absent} (every slot of "
+                          f"grader/checks/ch{chapter}.py's POINTS needs an exercise and a test cell)")
 
 
 def render(nb) -> str:
@@ -410,7 +443,9 @@ def build_chapter(chapter: str, course_src: Path, *, check: bool = False,
     """Build every notebook of ``chapter`` from its sources.  Writes them, or with
     ``check`` writes nothing.  Returns the notebooks that differed from a fresh build."""
     differing = []
-    for source in chapter_sources(course_src).get(chapter, []):
+    sources = chapter_sources(course_src).get(chapter, [])
+    check_chapter_slots(chapter, sources)
+    for source in sources:
         rel = source.relative_to(Path(course_src).parent)
         text = render(build_notebook(source.read_text(), chapter, name=str(rel)))
         target = notebook_for(source, course_src)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["ExerciseResult", "check_notebook", "format_table"]
+__all__ = ["ExerciseResult", "check_notebook", "format_table", "score"]
 
 
 @dataclass
@@ -101,6 +101,12 @@ def check_notebook(nb_path: str | Path, instructor_nb: str | Path | None = None,
     return results
 
 
+def score(results: list[ExerciseResult]) -> tuple[float, float]:
+    """``(points earned, points possible)`` of a checked notebook."""
+    earned = sum(r.earned if r.hidden != "-" else (r.points if r.passed else 0.0) for r in results)
+    return earned, sum(r.points for r in results)
+
+
 def format_table(results: list[ExerciseResult], width: int = 100) -> str:
     rows = [("exercise", "points", "visible", "hidden", "what to fix")]
     for r in results:
@@ -113,8 +119,7 @@ def format_table(results: list[ExerciseResult], width: int = 100) -> str:
     lines = []
     for row in rows:
         lines.append("  ".join(row[i].ljust(widths[i]) for i in range(4)) + "  " + row[4])
-    earned = sum(r.earned if r.hidden != "-" else (r.points if r.passed else 0.0) for r in results)
-    total = sum(r.points for r in results)
+    earned, total = score(results)
     lines.append(f"total: {earned:g} / {total:g} points")
     # The table cuts messages short; a wrong answer (not a missing one) deserves the whole text.
     wrong = [r for r in results if not r.passed and "not implemented" not in r.message]

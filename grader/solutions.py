@@ -16,6 +16,13 @@ slots (numpy doing the work while a chapter is unreleased) are stubbed too, and 
 ``fallback=`` itself dropped; so are the fast paths registered with ``@fast_path`` for
 chapter N's slots (they run only where the reference runs, which a release of chapter N
 never does): the release of a chapter ships no working answer to it.
+
+C++ and CUDA files of mini (``*.cu``, ``*.cuh``, ``*.cpp``, ``*.h``...) may hold regions
+too, between the lines ``// BEGIN SOLUTION NN.name`` and ``// END SOLUTION``: code of mini's
+own (a device kernel) that would give exercise ``NN.name`` away.  The student copy of a
+release of chapter N drops the regions of chapters >= N, leaving one comment line; each
+region must be self-contained (whole functions), so that the file still compiles, and the
+code around it must not need it (:func:`cpp_regions` lists them).
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from pathlib import Path
 __all__ = [
     "BEGIN", "END", "Region", "scan_file", "scan_source", "reference_regions", "notebook_regions",
     "strip_package", "strip_source", "sync_notebook", "region_lines", "normalize",
+    "CppRegion", "scan_cpp_source", "cpp_regions", "strip_cpp_source", "CPP_SUFFIXES",
 ]
 
 BEGIN = "### BEGIN SOLUTION"
@@ -480,6 +488,7 @@ def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> lis
         raise FileNotFoundError(f"{src} is not a Python package (no __init__.py)")
     if dst.exists() and any(dst.iterdir()):
         raise FileExistsError(f"{dst} exists and is not empty")
+    cpp_regions(src)    # every C++ solution region names an exercise of the package
     shutil.copytree(src, dst, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "_release.py"))
     stubbed: list[str] = []
@@ -499,6 +508,7 @@ def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> lis
             stubbed += slots
         if new != source:
             p.write_text(new)
+    stubbed = sorted(set(stubbed) | set(_strip_cpp_files(dst, int(chapter))))
     (dst / "_release.py").write_text(
         '"""Written by mini-course: the chapter this copy of mini was released for."""\n'
         f"CHAPTER = {int(chapter)}\n")
@@ -507,3 +517,106 @@ def strip_package(src_dir: str | Path, dst_dir: str | Path, chapter: int) -> lis
 
 def is_slot_id(text: str) -> bool:
     return bool(_SLOT.match(text))
+
+
+# --------------------------------------------------------------------------- C++ / CUDA
+
+#: Files of mini that may hold C++ solution regions.
+CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
+_CPP_BEGIN = re.compile(r"^(?P<indent>\s*)//\s*BEGIN SOLUTION(?:\s+(?P<slot>\S+))?\s*$")
+_CPP_END = re.compile(r"^\s*//\s*END SOLUTION\s*$")
+
+
+@dataclass(frozen=True)
+class CppRegion:
+    """A solution region in a C++/CUDA file: ``begin``/``end`` are the 0-based line
+    indexes of its marker lines; ``text`` the lines between them."""
+    slot_id: str
+    path: Path
+    begin: int
+    end: int
+    indent: str
+    text: str
+
+
+def scan_cpp_source(source: str, path: Path) -> list[CppRegion]:
+    """The ``// BEGIN SOLUTION NN.name`` ... ``// END SOLUTION`` regions of one C++ file."""
+    lines = source.splitlines(keepends=True)
+    out, begin = [], None
+    for i, line in enumerate(lines):
+        m = _CPP_BEGIN.match(line.rstrip("\n"))
+        if m:
+            if begin is not None:
+                raise ValueError(f"{path}: nested // BEGIN SOLUTION at line {i + 1}")
+            slot = m.group("slot") or ""
+            if not _SLOT.match(slot):
+                raise ValueError(f"{path}:{i + 1}: a C++ solution region names its exercise: "
+                                 f"// BEGIN SOLUTION NN.name (got {line.strip()!r})")
+            begin = (i, slot, m.group("indent"))
+        elif _CPP_END.match(line.rstrip("\n")):
+            if begin is None:
+                raise ValueError(f"{path}: // END SOLUTION without // BEGIN SOLUTION at line {i + 1}")
+            b, slot, indent = begin
+            out.append(CppRegion(slot, path, b, i, indent, "".join(lines[b + 1:i])))
+            begin = None
+    if begin is not None:
+        raise ValueError(f"{path}: // BEGIN SOLUTION at line {begin[0] + 1} is never closed")
+    return out
+
+
+def _cpp_files(package_dir: Path):
+    for p in sorted(package_dir.rglob("*")):
+        if p.suffix in CPP_SUFFIXES and p.is_file() and "__pycache__" not in p.parts:
+            yield p
+
+
+def cpp_regions(package_dir: str | Path) -> list[CppRegion]:
+    """Every C++ solution region of the package at ``package_dir``; each must name a slot
+    that has a reference in the package's Python files."""
+    package_dir = Path(package_dir)
+    slots = None
+    out = []
+    for p in _cpp_files(package_dir):
+        text = p.read_text()
+        if "BEGIN SOLUTION" not in text:
+            continue
+        regions = scan_cpp_source(text, p)
+        if regions and slots is None:
+            slots = {r.slot_id for r in _all_regions(package_dir)}
+        for r in regions:
+            if r.slot_id not in slots:
+                raise ValueError(f"{p}:{r.begin + 1}: // BEGIN SOLUTION {r.slot_id} names no exercise "
+                                 f"of mini (no @exercise({r.slot_id!r}) with a reference)")
+        out += regions
+    return out
+
+
+def strip_cpp_source(source: str, path: str, chapter: int) -> tuple[str, list[str]]:
+    """Replace the C++ regions of chapters >= ``chapter`` by one comment line each.
+    Returns the new source and the slots whose regions went."""
+    lines = source.splitlines(keepends=True)
+    gone = []
+    for r in sorted(scan_cpp_source(source, Path(path)), key=lambda r: r.begin, reverse=True):
+        ch = int(r.slot_id[:2])
+        if ch < chapter:
+            continue
+        lines[r.begin:r.end + 1] = [
+            f"{r.indent}// ({r.slot_id}: mini's code here would give away this exercise of chapter "
+            f"{r.slot_id[:2]}; it arrives with that chapter's solutions)\n"]
+        gone.append(r.slot_id)
+    return "".join(lines), sorted(set(gone))
+
+
+def _strip_cpp_files(package_dir: Path, chapter: int) -> list[str]:
+    """Strip the C++ regions of chapters >= ``chapter`` in the copy at ``package_dir``
+    (validated on the original by :func:`strip_package`)."""
+    gone: list[str] = []
+    for p in _cpp_files(package_dir):
+        text = p.read_text()
+        if "BEGIN SOLUTION" not in text:
+            continue
+        new, slots = strip_cpp_source(text, str(p), chapter)
+        if slots:
+            p.write_text(new)
+            gone += slots
+    return gone

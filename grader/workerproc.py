@@ -14,6 +14,7 @@ budget (:meth:`WorkerBackend.begin_check`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import select
 import shutil
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 from grader.checks.student import Backend, Outcome, WorkerLost, _outcome
-from grader.sandbox import Limits, Sandbox
+from grader.sandbox import INSIDE_SCRATCH, Limits, Sandbox
 from grader.worker import codec
 
 __all__ = ["WorkerProcess", "WorkerBackend", "WORKER_PACKAGE"]
@@ -108,6 +109,9 @@ class WorkerProcess:
         boot = (f"import sys; sys.path[:0] = {path!r}; "
                 f"from grader.worker.main import main; main()")
         writable, env = cache_binds(box, self.cache_dir)
+        runtime_ro, runtime_env = cuda_runtime_binds(box)
+        readonly.update(runtime_ro)
+        env.update(runtime_env)
         self.proc = box.launch([box.python, "-I", "-c", boot], scratch=self.scratch,
                                readonly=readonly, writable=writable, env=env, limits=self.limits,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -207,6 +211,32 @@ def cache_binds(box: Sandbox, cache_dir: Path | None) -> tuple[dict, dict]:
     return {cache_dir: "/cache"}, {"MINI_EXTENSIONS_DIR": box.inside(cache_dir, "/cache")}
 
 
+def cuda_runtime_binds(box: Sandbox) -> tuple[dict, dict]:
+    """(read-only binds, environment) that hand a sandbox the CUDA emulator's runtime
+    library prebuilt by this (trusted) process, so that student CUDA code (chapter 04) links
+    against it instead of building it in every sandbox (``MINI_CUDA_RUNTIME_DIR``).  Empty
+    where the runtime cannot be built here: the sandbox then builds its own into its cache."""
+    runtime = _cuda_runtime()
+    if runtime is None:
+        return {}, {}
+    inside = ".mini-cuda-runtime"            # under the scratch folder
+    where = f"{INSIDE_SCRATCH}/{inside}" if box.confined else str(runtime.parent)
+    return {runtime.parent: inside}, {"MINI_CUDA_RUNTIME_DIR": where}
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_runtime():
+    """The emulator's runtime library built for this machine (built on first use, ~15 s,
+    then cached on disk), or None where it cannot be built (asked once per process)."""
+    if os.name != "posix":
+        return None
+    try:
+        from mini.backends.cuda import build
+        return build.runtime_library()
+    except Exception:  # noqa: BLE001 - no compiler here: each sandbox tries on its own
+        return None
+
+
 class WorkerBackend(Backend):
     """The sandboxed worker of one submission, restarted on demand (see the module
     docstring).  ``cells`` are the notebook's setup and answer cells."""
@@ -215,6 +245,9 @@ class WorkerBackend(Backend):
                  limits: Limits = Limits(), check_timeout: float = 60.0,
                  cache_dir: Path | None = None):
         self.worker = WorkerProcess(sandbox, mini_dir=mini_dir, limits=limits, cache_dir=cache_dir)
+        # the CUDA emulator's runtime, found or built now (seconds; minutes on a loaded
+        # machine the first time), so that no check's time budget pays for it
+        _cuda_runtime()
         self.cells = list(cells)
         self.check_timeout = float(check_timeout)
         self.deadline: float | None = None

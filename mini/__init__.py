@@ -28,7 +28,10 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Higher layers load on first use, so `import mini` stays fast.
     import importlib
-    if name in ("nn", "optim", "utils", "napkin", "distributed", "cuda"):
+    if name == "compile":              # mini.compile, as torch.compile (see mini.jit)
+        from mini.jit import compile
+        return compile
+    if name in ("nn", "optim", "utils", "napkin", "distributed", "cuda", "jit"):
         try:
             return importlib.import_module(f"mini.{name}")
         except ModuleNotFoundError as e:

@@ -16,15 +16,17 @@ to compare results).  Unlike PyTorch, ``.numpy()`` works on a cuda tensor (its m
 managed memory, visible to the host); ``.cpu()`` is the copy that counts as a transfer.
 
 ``mini.cuda.emulator`` is the emulator's sanitizer and counters for your own CUDA code
-(see :mod:`mini.backends.cuda.emulator`), and ``load_inline`` (from
-``mini.utils.cpp_extension``) builds that code.
+(see :mod:`mini.backends.cuda.emulator`), ``load_inline`` (from ``mini.utils.cpp_extension``)
+builds that code, and ``mini.cuda.DeviceSession`` moves numpy arrays to device memory and
+back (``cudaMalloc`` and ``cudaMemcpy``) for the launchers you write.
 """
 from __future__ import annotations
 
 import importlib
 
 __all__ = ["is_available", "is_emulated", "device_count", "current_device", "get_device_name",
-           "synchronize", "transfer_stats", "reset_transfer_stats", "memory_allocated", "emulator"]
+           "synchronize", "transfer_stats", "reset_transfer_stats", "memory_allocated", "emulator",
+           "DeviceSession"]
 
 
 def is_available() -> bool:
@@ -101,4 +103,6 @@ def memory_allocated(device=None) -> int:
 def __getattr__(name):
     if name == "emulator":
         return importlib.import_module("mini.backends.cuda.emulator")
+    if name == "DeviceSession":
+        return importlib.import_module("mini.backends.cuda.kernels").DeviceSession
     raise AttributeError(f"module 'mini.cuda' has no attribute {name!r}")

@@ -33,6 +33,19 @@ CHAPTER_NOTEBOOKS = {
     "05": "05_training/training.ipynb",
     "06": "06_scaling/scaling.ipynb",
 }
+# Slots whose chapter spans several notebooks: prefix -> the notebook.
+SLOT_NOTEBOOKS = {
+    "04.cuda_": "04_hardware/cuda.ipynb",
+}
+
+
+def notebook_of(slot_id: str) -> str:
+    """The notebook in which the student writes ``slot_id``."""
+    for prefix, notebook in SLOT_NOTEBOOKS.items():
+        if slot_id.startswith(prefix):
+            return notebook
+    chapter = slot_id.split(".")[0]
+    return CHAPTER_NOTEBOOKS.get(chapter, f"chapter {chapter}")
 
 
 class ExerciseNotImplemented(NotImplementedError):
@@ -46,7 +59,7 @@ class ExerciseNotImplemented(NotImplementedError):
         self.slot_id = slot_id
         self.future = future
         chapter = slot_id.split(".")[0]
-        where = CHAPTER_NOTEBOOKS.get(chapter, f"chapter {chapter}")
+        where = notebook_of(slot_id)
         if future:
             msg = (f"{slot_id} is part of mini that you build in chapter {chapter} "
                    f"({where}); it is not available before that chapter is released")
@@ -68,6 +81,9 @@ class SlotInfo:
 
 _SLOTS: dict[str, SlotInfo] = {}
 _ACTIVE: dict[str, Callable] = {}
+#: [calls of registered student functions so far, how many are running now]: what
+#: mini.utils.profiler reads to tell the ops that ran the learner's code from the others.
+LEARNER_CODE = [0, 0]
 
 
 def exercise(slot_id: str, fallback: Callable | None = None):
@@ -143,6 +159,8 @@ def implement(slot_id: str):
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def student(*args, **kwargs):
+            LEARNER_CODE[0] += 1    # the profiler counts the ops that ran the learner's code
+            LEARNER_CODE[1] += 1
             try:
                 return fn(*args, **kwargs)
             except ExerciseNotImplemented:
@@ -151,6 +169,8 @@ def implement(slot_id: str):
                 if e.args:  # the student raised it on purpose with a message
                     raise
                 raise ExerciseNotImplemented(slot_id) from None
+            finally:
+                LEARNER_CODE[1] -= 1
 
         student.slot_id = slot_id
         student.student_function = fn
@@ -192,9 +212,21 @@ def runs_reference(slot_id: str) -> bool:
         if slot_id not in _SLOTS:
             _import_owner_modules()
         code = getattr(_SLOTS[slot_id].reference, "__code__", None)
-        ok = code is not None and not _is_stub(_SLOTS[slot_id].reference)
+        ok = code is not None and not _is_stub(_SLOTS[slot_id].reference) \
+            and slot_id not in _learners_slots()
         _IS_SOLUTION[slot_id] = ok
     return ok
+
+
+def _learners_slots() -> frozenset:
+    """The slots whose body in this copy of mini is a learner's code (a package written by
+    ``mini-course export`` lists them in ``mini/_yours.py``): no fast path stands in for
+    them, so mini runs, and its tests test, the learner's code."""
+    try:
+        from mini import _yours
+    except ImportError:
+        return frozenset()
+    return frozenset(_yours.SLOTS)
 
 
 def _is_stub(fn: Callable) -> bool:
@@ -391,13 +423,15 @@ def _check_id(slot_id: str) -> None:
 
 # Modules that own slots but are not imported by ``import mini`` (they load lazily).
 _LAZY_OWNERS = ("mini.ops.conv", "mini.ops.fast_paths", "mini.backends.cpu.exercises",
+                "mini.backends.cuda.exercises",
                 "mini.nn.discovery",
                 "mini.nn.he_init", "mini.nn.modules.normalization", "mini.nn.modules.dropout",
                 "mini.nn.losses", "mini.optim.adam", "mini.optim.lr_scheduler",
                 "mini.utils.train_state", "mini.distributed.ring",
                 "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
                 "mini.utils.data.distributed", "mini.utils.checkpoint",
-                "mini.distributed.accumulation")
+                "mini.distributed.accumulation",
+                "mini.napkin.compile", "mini.jit.tracer", "mini.jit.replay", "mini.jit.fusion")
 
 
 def _import_owner_modules() -> None:

@@ -287,3 +287,70 @@ def test_makefile_on_native_windows_says_to_use_wsl2(tmp_path):
     r = _make_python(tmp_path, "OS=Windows_NT")
     assert r.returncode != 0
     assert "WSL2" in r.stderr and "wsl --install -d Ubuntu" in r.stderr
+
+
+# --------------------------------------------------------------------------- the conda route
+
+def _fake_conda_env(tmp_path: Path) -> Path:
+    """A prefix standing for an activated conda environment: its ``bin/python`` records each
+    call and runs this interpreter (which has every pin), so a target that uses it works."""
+    prefix = tmp_path / "envs" / "mini"
+    (prefix / "bin").mkdir(parents=True)
+    shim = prefix / "bin" / "python"
+    shim.write_text(f'#!/bin/sh\necho "$@" >> "{prefix}/calls.log"\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    return prefix
+
+
+def _make(target: str, prefix: Path | None, *args: str, conda_env: str = "mini",
+          dry_run: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    env = {k: v for k, v in __import__("os").environ.items()
+           if not k.startswith(("CONDA", "MAKE", "MFLAGS", "PYTEST_", "MINI_ENV"))}
+    if prefix is not None:
+        env.update(CONDA_PREFIX=str(prefix), CONDA_DEFAULT_ENV=conda_env)
+    cmd = [make, "-s", "-C", str(ROOT)] + (["-n"] if dry_run else []) + [target, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_makefile_uses_an_active_conda_environment(tmp_path):
+    prefix = _fake_conda_env(tmp_path)
+    r = _make("python", prefix)
+    assert r.returncode == 0 and r.stdout.startswith(f"using the active environment {prefix}"), r
+    # Installing puts only mini into it (conda has the pins): no .venv, nothing from PyPI.
+    r = _make("install", prefix, dry_run=True)
+    assert r.returncode == 0, r.stderr
+    assert f"{prefix}/bin/python -m pip install --no-deps --no-build-isolation -e ." in r.stdout
+    assert "-m venv" not in r.stdout and ".venv" not in r.stdout
+    assert f"touch {prefix}/.mini-installed" in r.stdout
+    lab = _make("lab", prefix, dry_run=True).stdout
+    assert f"{prefix}/bin/mini-course lab" in lab and ".venv" not in lab
+    # A real `make test` (one small test) runs on the environment's python.
+    (prefix / ".mini-installed").touch()
+    r = _make("test", prefix, "PYTEST_WORKERS=0",
+              "PYTEST_ARGS=tests/test_environment.py -k test_same_pins -q -p no:cacheprovider",
+              timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "1 passed" in r.stdout
+    assert "-m pytest -n 0 tests/test_environment.py" in (prefix / "calls.log").read_text()
+    # distclean never removes the user's environment.
+    out = _make("distclean", prefix, dry_run=True).stdout
+    assert f"rm -rf {prefix}" not in out and "kept the active environment" in out
+
+
+def test_makefile_ignores_conda_base_and_can_be_told_to_use_venv(tmp_path):
+    prefix = _fake_conda_env(tmp_path)
+    for r in (_make("python", prefix, conda_env="base"),
+              _make("python", prefix, "MINI_ENV=.venv")):
+        assert r.returncode == 0, r.stderr
+        assert "would create .venv" in r.stdout, r.stdout
+
+
+def test_environment_yml_says_how_to_use_it_with_make(env_text):
+    """The conda route's commands in environment.yml's header are the ones the Makefile
+    honours: create, activate, then make."""
+    head = env_text.split("name:")[0]
+    assert "conda env create -f environment.yml" in head and "conda activate mini" in head
+    assert "make test" in head and "make lab" in head

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from grader.checks import check
+from grader.checks import check, part
 from grader.checks.helpers import (call, call_text, describe, expect_choice, expect_float,
                                    expect_int, fail, raised_as_failure, rng)
 from grader.worker.codec import ExceptionRecord, TensorRecord, TensorSpec
@@ -217,58 +217,86 @@ def _bn_np(x, rm, rv, w, b, training, momentum, eps):
     return xh * w + b, xh, inv, rm2, rv2
 
 
-@check("05.batchnorm_forward", points=POINTS["05.batchnorm_forward"])
-def check_batchnorm_forward(fn):
+#: Points of 05.batchnorm_forward's parts (12 in all): one mistake costs its part only.
+BN_FORWARD_PARTS = {"training: y, x_hat and inv_std": 5, "running statistics": 4, "eval mode": 3}
+
+
+def _bn_cases():
     gen = rng()
-    for trial in range(6):
+    for _ in range(6):
         m, c = int(gen.integers(2, 9)), int(gen.integers(1, 6))
         x = gen.normal(gen.normal(0, 3), gen.uniform(0.5, 4), size=(m, c))
         rm, rv = gen.normal(size=c), gen.uniform(0.5, 3, size=c)
         w, b = gen.normal(size=c), gen.normal(size=c)
         momentum, eps = float(gen.choice([0.1, 0.3, 0.05])), float(gen.choice([1e-5, 1e-3]))
-        for training in (True, False):
-            what = call_text("batchnorm_forward", f"<x {x.shape}>", "<running_mean>",
-                             "<running_var>", "<weight>", "<bias>", training=training,
-                             momentum=momentum, eps=eps)
-            out = _run(fn, _t(x), _t(rm), _t(rv), _t(w), _t(b), training, momentum, eps,
-                       _observe=True, what=what)
-            got = out.value
-            if type(got) is not tuple or len(got) != 3:
-                fail(f"{what} should return the tuple (y, x_hat, inv_std), got {describe(got)}")
-            y = _tensor_np(got[0], f"{what}[0] (y)", (m, c))
-            xh = _tensor_np(got[1], f"{what}[1] (x_hat)", (m, c))
-            inv = _tensor_np(got[2], f"{what}[2] (inv_std)", (c,))
-            ey, exh, einv, erm, erv = _bn_np(x, rm, rv, w, b, training, momentum, eps)
-            new_rm = _tensor_np(out.args_after[1], f"{what}: running_mean")
-            new_rv = _tensor_np(out.args_after[2], f"{what}: running_var")
-            if not training:
-                batch_y = _bn_np(x, rm, rv, w, b, True, momentum, eps)[0]
-                if _near(y, batch_y) and not _near(y, ey):
-                    fail(f"{what}: at eval (training=False) batch norm must normalise with the "
-                         f"running statistics, not with the statistics of the batch: a "
-                         f"prediction must not depend on the other samples in its batch")
-                if not (_near(new_rm, rm) and _near(new_rv, rv)):
-                    fail(f"{what}: at eval the running statistics must not change")
-            _close(y, ey, f"{what}: y", "y = (x - mean) / sqrt(var + eps) * weight + bias with "
-                   "the biased batch variance (divide by M)" if training else "")
+        yield x, rm, rv, w, b, momentum, eps
+
+
+def _bn_call(fn, case, training):
+    """The student's batchnorm_forward on one case: (what, y, x_hat, inv_std, new running
+    mean, new running var) as numpy."""
+    x, rm, rv, w, b, momentum, eps = case
+    m, c = x.shape
+    what = call_text("batchnorm_forward", f"<x {x.shape}>", "<running_mean>", "<running_var>",
+                     "<weight>", "<bias>", training=training, momentum=momentum, eps=eps)
+    out = _run(fn, _t(x), _t(rm), _t(rv), _t(w), _t(b), training, momentum, eps,
+               _observe=True, what=what)
+    got = out.value
+    if type(got) is not tuple or len(got) != 3:
+        fail(f"{what} should return the tuple (y, x_hat, inv_std), got {describe(got)}")
+    return (what, _tensor_np(got[0], f"{what}[0] (y)", (m, c)),
+            _tensor_np(got[1], f"{what}[1] (x_hat)", (m, c)),
+            _tensor_np(got[2], f"{what}[2] (inv_std)", (c,)),
+            _tensor_np(out.args_after[1], f"{what}: running_mean"),
+            _tensor_np(out.args_after[2], f"{what}: running_var"))
+
+
+@check("05.batchnorm_forward", points=POINTS["05.batchnorm_forward"])
+def check_batchnorm_forward(fn):
+    cases = list(_bn_cases())
+    with part("training: y, x_hat and inv_std", BN_FORWARD_PARTS["training: y, x_hat and inv_std"]):
+        for case in cases:
+            x, rm, rv, w, b, momentum, eps = case
+            what, y, xh, inv, _, _ = _bn_call(fn, case, True)
+            ey, exh, einv, _, _ = _bn_np(x, rm, rv, w, b, True, momentum, eps)
+            _close(y, ey, f"{what}: y", "normalise with the batch mean and the biased batch "
+                   "variance (divide by M), then scale by weight and shift by bias")
             _close(xh, exh, f"{what}: x_hat")
-            _close(inv, einv, f"{what}: inv_std", "inv_std = 1 / sqrt(var + eps)")
-            if training:
-                if _near(new_rm, rm) and _near(new_rv, rv):
-                    fail(f"{what}: the running statistics did not change; update running_mean "
-                         f"and running_var in place (e.g. running_mean.mul_(1 - momentum)"
-                         f".add_(...))")
-                if _near(new_rm, momentum * rm + (1 - momentum) * x.mean(0)):
-                    fail(f"{what}: running_mean weights the old value by momentum; momentum is "
-                         f"the weight of the NEW batch statistic: (1 - momentum)·old + "
-                         f"momentum·batch")
-                _close(new_rm, erm, f"{what}: running_mean after the update")
-                biased = (1 - momentum) * rv + momentum * x.var(0)
-                if _near(new_rv, biased) and not _near(biased, erv):
-                    fail(f"{what}: running_var was updated with the biased batch variance; the "
-                         f"running estimate uses the unbiased one, var · M / (M - 1)")
-                _close(new_rv, erv, f"{what}: running_var after the update",
-                       "running_var <- (1 - momentum)·running_var + momentum·var·M/(M-1)")
+            _close(inv, einv, f"{what}: inv_std", "inv_std is the reciprocal of the standard "
+                   "deviation, with eps added to the variance")
+    with part("running statistics", BN_FORWARD_PARTS["running statistics"]):
+        for case in cases:
+            x, rm, rv, w, b, momentum, eps = case
+            what, _, _, _, new_rm, new_rv = _bn_call(fn, case, True)
+            _, _, _, erm, erv = _bn_np(x, rm, rv, w, b, True, momentum, eps)
+            if _near(new_rm, rm) and _near(new_rv, rv):
+                fail(f"{what}: the running statistics did not change; update running_mean "
+                     f"and running_var in place")
+            if _near(new_rm, momentum * rm + (1 - momentum) * x.mean(0)):
+                fail(f"{what}: running_mean weights the old value by momentum; momentum is "
+                     f"the weight of the NEW batch statistic (PyTorch's convention)")
+            _close(new_rm, erm, f"{what}: running_mean after the update")
+            biased = (1 - momentum) * rv + momentum * x.var(0)
+            if _near(new_rv, biased) and not _near(biased, erv):
+                fail(f"{what}: running_var was updated with the biased batch variance; the "
+                     f"running estimate uses the unbiased one")
+            _close(new_rv, erv, f"{what}: running_var after the update",
+                   "the running variance averages the unbiased batch variance")
+    with part("eval mode", BN_FORWARD_PARTS["eval mode"]):
+        for case in cases:
+            x, rm, rv, w, b, momentum, eps = case
+            what, y, xh, inv, new_rm, new_rv = _bn_call(fn, case, False)
+            ey, exh, einv, _, _ = _bn_np(x, rm, rv, w, b, False, momentum, eps)
+            batch_y = _bn_np(x, rm, rv, w, b, True, momentum, eps)[0]
+            if _near(y, batch_y) and not _near(y, ey):
+                fail(f"{what}: at eval (training=False) batch norm must normalise with the "
+                     f"running statistics, not with the statistics of the batch: a "
+                     f"prediction must not depend on the other samples in its batch")
+            if not (_near(new_rm, rm) and _near(new_rv, rv)):
+                fail(f"{what}: at eval the running statistics must not change")
+            _close(y, ey, f"{what}: y")
+            _close(xh, exh, f"{what}: x_hat")
+            _close(inv, einv, f"{what}: inv_std")
 
 
 def _bn_back_np(g, xh, inv, w):
@@ -301,8 +329,14 @@ def check_batchnorm_backward(fn):
         _close(gw, egw, f"{what}: grad_weight", "grad_weight = sum over rows of grad_out·x_hat")
         if _near(gx, g * w * inv):
             fail(f"{what}: grad_x = grad_out·weight·inv_std treats the batch mean and variance as "
-                 f"constants, but they depend on every row of x: subtract the mean of g and the "
-                 f"x_hat-weighted mean of g·x_hat (see the docstring's formula)")
+                 f"constants, but they depend on every row of x: add the paths through the "
+                 f"batch mean and through the batch variance (the chapter's hint has the result)")
+        if _near(gx, inv / m * (m * g * w - (g * w).sum(0))):
+            fail(f"{what}: grad_x has the path through the batch mean but not the one through "
+                 f"the batch variance: x_hat also changes when x_j moves the variance")
+        if _near(gx, inv / m * (m * g * w - xh * (g * w * xh).sum(0))):
+            fail(f"{what}: grad_x has the path through the batch variance but not the one "
+                 f"through the batch mean: every x_j moves the mean by 1/M")
         _close(gx, egx, f"{what}: grad_x",
                "grad_x = inv_std/M · (M·g - sum(g) - x_hat·sum(g·x_hat)) with g = grad_out·weight")
 
@@ -430,15 +464,44 @@ def check_dropout(fn):
 
 # =========================================================================== 05.cross_entropy
 
+def _finite_on(fn, logits, target) -> bool | None:
+    """Whether the student's loss is finite on one small probe (None: it raised)."""
+    out = fn.run(_t(np.array(logits, dtype=np.float64)), _t(np.array(target, dtype=np.int64)))
+    if out.raised is not None or type(out.value) is not TensorRecord:
+        return None
+    return bool(np.all(np.isfinite(np.asarray(out.value.data, dtype=np.float64))))
+
+
+def _non_finite_loss(fn, what: str, got: float) -> str:
+    """Name the cause of an inf/nan loss from two probes: one where only exp can overflow
+    (logits 1000 and 999, no tiny probability), one where only a probability can underflow
+    (logits 0 and -3000, the target the tiny one, nothing large)."""
+    overflow = _finite_on(fn, [[1000.0, 999.0]], [0]) is False
+    underflow = _finite_on(fn, [[0.0, -3000.0]], [1]) is False
+    causes = []
+    if overflow:
+        causes.append("exp overflowed on logits near 1000 (exp(1000) is inf in float64): shift "
+                      "each row by its maximum before exp")
+    if underflow:
+        causes.append("the target's probability underflowed to 0 before its log (log 0 = -inf) "
+                      "when its logit is far below the others: compute log-probabilities from the "
+                      "shifted logits directly, never as the log of a softmax")
+    if not causes:
+        causes.append("a step of the computation left the finite range; compare each "
+                      "intermediate with the stable form logsumexp(z) - z[target]")
+    return f"{what} returned {got}: " + "; and ".join(causes)
+
+
 @check("05.cross_entropy", points=POINTS["05.cross_entropy"])
 def check_cross_entropy(fn):
     gen = rng()
     for scale in (1.0, 10.0, 1000.0, 1e4):
         n, c = int(gen.integers(2, 9)), int(gen.integers(2, 8))
         z = gen.normal(size=(n, c)) * scale
-        if scale >= 1000:
-            z[0, 0] = -scale * 3          # very negative too: exp underflows to 0 naively
         y = gen.integers(0, c, size=n)
+        if scale >= 1000:
+            z[0, 0] = -scale * 3          # very negative too: exp underflows to 0 naively,
+            y[0] = 0                      # and it is the target: log(softmax) gives log(0)
         m = z.max(1, keepdims=True)
         lse = (m + np.log(np.exp(z - m).sum(1, keepdims=True)))[:, 0]
         want = float((lse - z[np.arange(n), y]).mean())
@@ -451,8 +514,7 @@ def check_cross_entropy(fn):
         out = run.value
         got = float(_tensor_np(out, what, ()))
         if not math.isfinite(got):
-            fail(f"{what} returned {got}: exp overflowed (exp(1000) is inf in float64); subtract "
-                 f"each row's maximum before exp: logsumexp(z) = m + log(sum(exp(z - m)))")
+            fail(_non_finite_loss(fn, what, got))
         if abs(got - want) > 1e-7 * max(1.0, abs(want)):
             if abs(got - want * n) <= 1e-7 * max(1.0, abs(want * n)):
                 fail(f"{what}: got {got:.6g}, the sum over the batch; return the mean "
@@ -482,57 +544,86 @@ def _adamw_np(p, g, m, v, t, lr, b1, b2, eps, wd):
     return p, m, v
 
 
-@check("05.adamw_step", points=POINTS["05.adamw_step"])
-def check_adamw_step(fn):
+#: Points of 05.adamw_step's parts (12 in all).
+ADAMW_PARTS = {"moment estimates": 4, "bias-corrected step": 4, "decoupled weight decay": 4}
+
+
+def _adamw_trajectories(fn, decay: bool):
+    """Six steps of four random problems through the student's adamw_step, the state carried
+    in the student's own tensors: yields (what, inputs, expected, got) per step, where
+    inputs = (p, g, m, v, step, lr, b1, b2, eps, wd) before the step."""
     gen = rng()
     for trial in range(4):
         shape = (int(gen.integers(1, 5)), int(gen.integers(1, 5)))
         lr = float(gen.choice([1e-3, 1e-2, 0.1]))
         b1, b2 = float(gen.choice([0.9, 0.8])), float(gen.choice([0.999, 0.99]))
-        eps, wd = float(gen.choice([1e-8, 1e-6])), float(gen.choice([0.0, 0.01, 0.3]))
-        if trial == 0:
-            wd = 0.3
+        eps = 1e-2 if trial == 1 else float(gen.choice([1e-8, 1e-6]))   # 1e-2: where eps goes shows
+        wd = float(gen.choice([0.01, 0.3])) if decay else 0.0
         p = gen.normal(size=shape)
         m, v = np.zeros(shape), np.zeros(shape)
         for step in range(1, 7):
             g = gen.normal(size=shape) * gen.uniform(0.01, 10)
+            if decay and trial == 0 and step == 1:
+                g = np.zeros(shape)          # decay alone: nothing else moves the weight
             what = call_text("adamw_step", "<param>", "<grad>", "<exp_avg>", "<exp_avg_sq>",
                              step, lr, b1, b2, eps, wd)
-            before, m_prev, v_prev = p, m, v
-            # the state so far goes in as fresh tensors; the function updates them in place
             run = _run(fn, _t(p), _t(g), _t(m), _t(v), step, lr, b1, b2, eps, wd,
                        _observe=True, what=what)
-            p, m, v = _adamw_np(p, g, m, v, step, lr, b1, b2, eps, wd)
-            got_p, got_m, got_v = (_tensor_np(run.args_after[i], what) for i in (0, 2, 3))
-            if _near(got_p, p) and _near(got_m, m) and _near(got_v, v):
-                p, m, v = got_p, got_m, got_v
+            got = [_tensor_np(run.args_after[i], what) for i in range(4)]
+            yield what, (p, g, m, v, step, lr, b1, b2, eps, wd), \
+                _adamw_np(p, g, m, v, step, lr, b1, b2, eps, wd), got
+            p, m, v = got[0], got[2], got[3]     # the student's state is the truth from here
+
+
+@check("05.adamw_step", points=POINTS["05.adamw_step"])
+def check_adamw_step(fn):
+    with part("moment estimates", ADAMW_PARTS["moment estimates"]):
+        for what, (_, g, *_rest), (_, m, v), got in _adamw_trajectories(fn, decay=False):
+            if not np.array_equal(got[1], g):
+                fail(f"{what}: the call changed grad in place; grad belongs to the caller "
+                     f"(autograd and gradient clipping read it after the step): compute with "
+                     f"new tensors, and update only param, exp_avg and exp_avg_sq")
+            _close(got[2], m, f"{what}: exp_avg (updated in place)",
+                   "exp_avg is an exponential moving average of the gradient with decay beta1")
+            _close(got[3], v, f"{what}: exp_avg_sq (updated in place)",
+                   "exp_avg_sq is an exponential moving average of the squared gradient with "
+                   "decay beta2")
+    with part("bias-corrected step", ADAMW_PARTS["bias-corrected step"]):
+        for what, (before, g, m0, v0, step, lr, b1, b2, eps, _), (p, m, v), got \
+                in _adamw_trajectories(fn, decay=False):
+            if _near(got[0], p):
                 continue
-            if wd:
-                gl = g + wd * before           # L2: the decay folded into the gradient
-                m_l2 = b1 * m_prev + (1 - b1) * gl
-                v_l2 = b2 * v_prev + (1 - b2) * gl * gl
-                p_l2 = before - lr / (1 - b1 ** step) * m_l2 / (
-                    np.sqrt(v_l2) / math.sqrt(1 - b2 ** step) + eps)
-                if _near(got_m, m_l2) or _near(got_p, p_l2):
-                    fail(f"{what}: the weight decay went into the gradient (L2, as in Adam), so "
-                         f"it is rescaled by the adaptive denominator; AdamW decouples it: "
-                         f"param *= 1 - lr·weight_decay, apart from the Adam update")
-            nobc = before * (1 - lr * wd) - lr * m / (np.sqrt(v) + eps)
-            if _near(got_p, nobc):
+            if _near(got[0], before):
+                fail(f"{what}: the parameter did not change; update param in place")
+            # the candidates use the student's moments, so a moment mistake is not blamed twice
+            gm, gv = got[2], got[3]
+            if _near(got[0], before - lr / (1 - b1 ** step) * gm / np.sqrt(gv / (1 - b2 ** step) + eps)):
+                fail(f"{what}: eps went inside the square root; Adam adds it to the denominator "
+                     f"after the square root of the corrected second moment")
+            if _near(got[0], before - lr * gm / (np.sqrt(gv) + eps)):
                 fail(f"{what}: no bias correction: m and v start at zero, so divide them by "
                      f"(1 - beta1**step) and (1 - beta2**step); without it the first steps are "
                      f"far too small")
-            _close(got_m, m, f"{what}: exp_avg (updated in place)",
-                   "exp_avg <- beta1·exp_avg + (1 - beta1)·grad")
-            _close(got_v, v, f"{what}: exp_avg_sq (updated in place)",
-                   "exp_avg_sq <- beta2·exp_avg_sq + (1 - beta2)·grad²")
-            if _near(got_p, before):
-                fail(f"{what}: the parameter did not change; update param in place "
-                     f"(param.sub_(...), param.mul_(...))")
-            _close(got_p, p, f"{what}: param",
+            _close(got[0], p, f"{what}: param",
+                   "param <- param - lr/(1-beta1^t) · m / (sqrt(v)/sqrt(1-beta2^t) + eps)")
+    with part("decoupled weight decay", ADAMW_PARTS["decoupled weight decay"]):
+        for what, (before, g, m0, v0, step, lr, b1, b2, eps, wd), (p, m, v), got \
+                in _adamw_trajectories(fn, decay=True):
+            if _near(got[0], p) and _near(got[2], m) and _near(got[3], v):
+                continue
+            gl = g + wd * before           # L2: the decay folded into the gradient
+            m_l2 = b1 * m0 + (1 - b1) * gl
+            v_l2 = b2 * v0 + (1 - b2) * gl * gl
+            p_l2 = before - lr / (1 - b1 ** step) * m_l2 / (np.sqrt(v_l2) / math.sqrt(1 - b2 ** step) + eps)
+            if _near(got[2], m_l2) or _near(got[0], p_l2):
+                fail(f"{what}: the weight decay went into the gradient (L2, as in Adam), so "
+                     f"it is rescaled by the adaptive denominator; AdamW decouples it: the "
+                     f"parameter itself shrinks by lr·weight_decay, apart from the Adam update")
+            if not np.any(g) and _near(got[0], before):
+                fail(f"{what}: with a zero gradient the parameter did not shrink: decoupled "
+                     f"weight decay acts on the parameter even where the gradient is zero")
+            _close(got[0], p, f"{what}: param",
                    "param <- param·(1 - lr·wd) - lr/(1-beta1^t) · m / (sqrt(v)/sqrt(1-beta2^t) + eps)")
-            # the student's in-place state is now the truth for the next step
-            p, m, v = got_p, got_m, got_v
 
 
 # =========================================================================== 05.warmup_cosine
@@ -646,9 +737,18 @@ def check_save_checkpoint(fn):
     calls = obs.get("calls") or []
     if "replace" not in calls and "rename" not in calls:
         fail(f"{what}: the checkpoint was not published with os.replace (atomic rename)")
-    if "fsync" not in calls:
+    if any(c.endswith(":other-dir") for c in calls):
+        fail(f"{what}: the temporary file was written in another directory than the "
+             f"checkpoint: a rename is atomic only within one file system, so make the "
+             f"temporary file next to the checkpoint")
+    if "fsync" not in calls or (calls_kinds := [c for c in calls if c.startswith("fsync:")]) \
+            and "fsync:file" not in calls_kinds:
         fail(f"{what}: the data was never fsync'ed: after a power cut the renamed file "
-             f"could be empty; call os.fsync(f.fileno()) before os.replace")
+             f"could be empty; make the file's bytes durable before publishing it")
+    if calls_kinds and "fsync:dir" not in calls_kinds:
+        fail(f"{what}: the rename was not made durable: the new directory entry lives in the "
+             f"directory, which was never fsync'ed, so after a power cut the old checkpoint "
+             f"(or none) can come back")
 
 
 @check("05.load_checkpoint", points=POINTS["05.load_checkpoint"])

@@ -100,6 +100,43 @@ def bn_backward_constant_stats(grad_out, x_hat, inv_std, weight):
     return (grad_out * weight * inv_std, (grad_out * x_hat).sum(dim=0), grad_out.sum(dim=0))
 
 
+def bn_running_momentum_swapped(x, running_mean, running_var, weight, bias, training, momentum,
+                                eps):
+    """Keras's convention in PyTorch's API: momentum weights the OLD running value."""
+    return _bn(x, running_mean, running_var, weight, bias, training, 1.0 - momentum, eps)
+
+
+def bn_backward_no_variance_path(grad_out, x_hat, inv_std, weight):
+    """Subtracts the mean of g (the path through the batch mean) and stops there."""
+    m = grad_out.shape[0]
+    g = grad_out * weight
+    return ((g * m - g.sum(dim=0)) * (inv_std / m), (grad_out * x_hat).sum(dim=0),
+            grad_out.sum(dim=0))
+
+
+def bn_backward_no_mean_path(grad_out, x_hat, inv_std, weight):
+    """Keeps the path through the variance, forgets the one through the mean."""
+    m = grad_out.shape[0]
+    g = grad_out * weight
+    return ((g * m - x_hat * (g * x_hat).sum(dim=0)) * (inv_std / m),
+            (grad_out * x_hat).sum(dim=0), grad_out.sum(dim=0))
+
+
+def kaiming_ignores_mode(tensor, mode="fan_in"):
+    """Always fan_in, whatever ``mode`` says."""
+    return _kaiming_with_fan(tensor, tensor.shape[1])
+
+
+def _kaiming_with_fan(tensor, fan_channels):
+    mini = _mini()
+    rf = 1
+    for s in tensor.shape[2:]:
+        rf *= s
+    with mini.no_grad():
+        tensor.copy_(mini.randn(*tensor.shape, dtype=tensor.dtype) * math.sqrt(2.0 / (fan_channels * rf)))
+    return tensor
+
+
 # --------------------------------------------------------------------- 05.layernorm
 
 def layernorm_batch_axis(x, normalized_shape, weight, bias, eps):
@@ -148,7 +185,38 @@ def cross_entropy_naive(logits, target):
     return -(logp * onehot).sum() / n
 
 
+def cross_entropy_log_of_softmax(logits, target):
+    """Stable softmax (the maximum subtracted), then its log: a tiny probability is 0, log 0 = -inf."""
+    mini = _mini()
+    n, c = logits.shape
+    onehot = mini.eq(target.unsqueeze(1), mini.arange(c).reshape(1, c)).to(dtype=logits.dtype)
+    e = (logits - logits.max(dim=1, keepdim=True)[0].detach()).exp()
+    p = e / e.sum(dim=1, keepdim=True)
+    return -(p.log() * onehot).sum() / n
+
+
 # --------------------------------------------------------------------- 05.adamw_step
+
+def adamw_eps_inside_sqrt(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
+                          weight_decay):
+    """sqrt(v_hat + eps) instead of sqrt(v_hat) + eps."""
+    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+    if weight_decay != 0:
+        param.mul_(1 - lr * weight_decay)
+    denom = (exp_avg_sq / (1 - beta2 ** step) + eps).sqrt()
+    param.sub_(exp_avg / denom, alpha=lr / (1 - beta1 ** step))
+
+
+def adamw_scales_grad_in_place(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
+                               weight_decay):
+    """Right update, but builds (1 - beta1)·grad with grad.mul_: the caller's gradient changes."""
+    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+    exp_avg.mul_(beta1).add_(grad.mul_(1 - beta1))
+    if weight_decay != 0:
+        param.mul_(1 - lr * weight_decay)
+    denom = exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step) + eps
+    param.sub_(exp_avg / denom, alpha=lr / (1 - beta1 ** step))
 
 def adamw_no_bias_correction(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
                              weight_decay):
@@ -179,6 +247,14 @@ def warmup_cosine_off_by_one(step, base_lr, warmup_steps, total_steps, min_lr=0.
     return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
 
+def warmup_cosine_no_floor_after_end(step, base_lr, warmup_steps, total_steps, min_lr=0.0):
+    """The cosine keeps going after total_steps: the rate climbs back up."""
+    if step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+
+
 # --------------------------------------------------------------------- checkpoints
 
 def _state(model, optimizer, scheduler, loader, step, *, optimizer_state=True, rng=True):
@@ -193,11 +269,11 @@ def _state(model, optimizer, scheduler, loader, step, *, optimizer_state=True, r
     return state
 
 
-def _atomic_write(path, state):
+def _save_with(path, state, *, tmp_dir=None, dir_fsync=True):
     import tempfile
     from mini import serialization
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir or directory, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             serialization.save(state, f)
@@ -208,14 +284,32 @@ def _atomic_write(path, state):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    if dir_fsync:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def save_temp_in_tmp(path, model, optimizer, scheduler=None, loader=None, step=0):
+    """The temporary file in the system's temp folder: os.replace may cross file systems."""
+    import tempfile
+    _save_with(path, _state(model, optimizer, scheduler, loader, step),
+               tmp_dir=tempfile.mkdtemp())
+
+
+def save_without_dir_fsync(path, model, optimizer, scheduler=None, loader=None, step=0):
+    """Data fsync'ed and renamed, but the directory entry is never made durable."""
+    _save_with(path, _state(model, optimizer, scheduler, loader, step), dir_fsync=False)
 
 
 def save_without_optimizer(path, model, optimizer, scheduler=None, loader=None, step=0):
-    _atomic_write(path, _state(model, optimizer, scheduler, loader, step, optimizer_state=False))
+    _save_with(path, _state(model, optimizer, scheduler, loader, step, optimizer_state=False))
 
 
 def save_without_rng(path, model, optimizer, scheduler=None, loader=None, step=0):
-    _atomic_write(path, _state(model, optimizer, scheduler, loader, step, rng=False))
+    _save_with(path, _state(model, optimizer, scheduler, loader, step, rng=False))
 
 
 def save_in_place(path, model, optimizer, scheduler=None, loader=None, step=0):
@@ -262,6 +356,22 @@ MISTAKES = [
             "unbiased"),
     Mistake("05.batchnorm_backward", "mean and variance treated as constants",
             bn_backward_constant_stats, "depend on every row"),
+    Mistake("05.batchnorm_forward", "momentum weights the old running value",
+            bn_running_momentum_swapped, "weight of the NEW batch statistic"),
+    Mistake("05.batchnorm_backward", "no path through the batch variance",
+            bn_backward_no_variance_path, "not the one through the batch variance"),
+    Mistake("05.batchnorm_backward", "no path through the batch mean",
+            bn_backward_no_mean_path, "not the one through the batch mean"),
+    Mistake("05.kaiming_init", "mode ignored (always fan_in)", kaiming_ignores_mode,
+            "you used the other one"),
+    Mistake("05.cross_entropy", "log of a stable softmax underflows", cross_entropy_log_of_softmax,
+            "underflowed"),
+    Mistake("05.adamw_step", "eps inside the square root", adamw_eps_inside_sqrt,
+            "eps went inside the square root"),
+    Mistake("05.adamw_step", "the caller's grad scaled in place", adamw_scales_grad_in_place,
+            "changed grad in place"),
+    Mistake("05.warmup_cosine", "cosine continues after total_steps",
+            warmup_cosine_no_floor_after_end, "stays at min_lr"),
     Mistake("05.layernorm", "LayerNorm over the wrong axis", layernorm_batch_axis,
             "wrong axes"),
     Mistake("05.dropout", "dropout not rescaled", dropout_not_rescaled, "not rescaled"),
@@ -279,6 +389,10 @@ MISTAKES = [
     Mistake("05.save_checkpoint", "checkpoint missing RNG state", save_without_rng,
             "random-number state"),
     Mistake("05.save_checkpoint", "non-atomic save", save_in_place, "not atomic"),
+    Mistake("05.save_checkpoint", "temporary file in another directory", save_temp_in_tmp,
+            "another directory"),
+    Mistake("05.save_checkpoint", "rename not made durable", save_without_dir_fsync,
+            "directory, which was never fsync'ed"),
     Mistake("05.load_checkpoint", "resume without the RNG state", load_without_rng,
             "random state was not restored"),
     Mistake("05.load_checkpoint", "resume without the optimizer state", load_without_optimizer,

@@ -168,20 +168,33 @@ class Tensor:
                                   self.requires_grad))
 
     # --- conversion ------------------------------------------------------------------------
+    # Reading values into Python is an op the op observer sees (as "numpy", "tolist",
+    # "item"): a graph tracer must know what the program branched on.
     def numpy(self) -> np.ndarray:
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
                                "Use tensor.detach().numpy() instead.")
+        if _function._op_observer is not None:
+            return _function.observe_op("numpy", Tensor.numpy, (self,), {},
+                                        self._data.to_numpy_view)
         return self._data.to_numpy_view()
 
     def __array__(self, dtype=None, copy=None):
-        a = self._data.numpy()
+        if _function._op_observer is not None:
+            a = _function.observe_op("numpy", Tensor.numpy, (self,), {}, self._data.numpy)
+        else:
+            a = self._data.numpy()
         return a if dtype is None else a.astype(dtype)
 
     def tolist(self):
+        if _function._op_observer is not None:
+            return _function.observe_op("tolist", Tensor.tolist, (self,), {},
+                                        lambda: self._data.to_numpy_view().tolist())
         return self._data.to_numpy_view().tolist()
 
     def item(self):
+        if _function._op_observer is not None:
+            return _function.observe_op("item", Tensor.item, (self,), {}, self._data.item)
         return self._data.item()
 
     def __float__(self):
@@ -397,3 +410,6 @@ def as_tensor_like(x, like: Tensor) -> Tensor:
             else get_default_dtype()
         return Tensor(x, dtype=d, device=like.device)
     return Tensor(x, device=like.device)
+
+
+from mini.autograd import function as _function  # noqa: E402  (function.py imports this module)

@@ -2,6 +2,8 @@
 
 - :func:`copy_bandwidth`  STREAM-style copy: bytes read + written per second;
 - :func:`gemm_rate`       FLOP/s of a float32 matrix product (numpy's BLAS by default);
+- :func:`fma_peak`        FLOP/s of the cores doing nothing but float32 fused multiply-adds
+  on registers: the compute roof (no real kernel gets above it);
 - :func:`dispatch_time`   seconds per operation of mini on tiny tensors (the t_d of the
   dispatch law);
 - :func:`best_time`       the best of a few timed runs of any function;
@@ -19,7 +21,7 @@ import numpy as np
 
 from mini.napkin.roofline import OpCost, attainable, ridge_point
 
-__all__ = ["best_time", "copy_bandwidth", "gemm_rate", "dispatch_time", "machine",
+__all__ = ["best_time", "copy_bandwidth", "gemm_rate", "fma_peak", "dispatch_time", "machine",
            "roofline_plot"]
 
 
@@ -63,6 +65,65 @@ def gemm_rate(n: int = 512, repeats: int = 5, matmul: Callable | None = None) ->
     f = matmul or np.matmul
     t = best_time(lambda: f(a, b), repeats=repeats)
     return 2.0 * n ** 3 / t
+
+
+# Every OpenMP thread updates LANES independent float32 accumulators ``acc = acc * m + c``:
+# one FMA each, 2 FLOPs.  Many independent chains hide the FMA latency (4 cycles, 2 units:
+# 8 vectors in flight), the inner loop vectorizes into vector FMA instructions, and nothing
+# touches memory.  -march=native lets the compiler use this CPU's widest vector FMAs;
+# -ffp-contract=fast lets it fuse the multiply and the add (ISO C++ mode does not by default).
+_FMA_LANES = 256
+_FMA_SOURCE = r"""
+static volatile float fma_sink;
+double fma_loop(int64_t iterations) {
+    int threads = 1;
+    #pragma omp parallel
+    {
+        #pragma omp single
+        threads = omp_get_num_threads();
+        float acc[LANES];
+        for (int j = 0; j < LANES; ++j) acc[j] = 1.0f + 1e-3f * j;
+        const float m = 0.9999999f, c = 1e-7f;
+        for (int64_t it = 0; it < iterations; ++it) {
+            #pragma omp simd
+            for (int j = 0; j < LANES; ++j) acc[j] = acc[j] * m + c;
+        }
+        float s = 0.0f;
+        for (int j = 0; j < LANES; ++j) s += acc[j];
+        fma_sink = s;   // the result is used: the loop cannot be optimized away
+    }
+    return 2.0 * LANES * (double)iterations * threads;   // FLOPs done
+}
+""".replace("LANES", str(_FMA_LANES))
+
+
+def fma_peak(seconds: float = 0.2, repeats: int = 3) -> float:
+    """FLOP/s of this machine's cores doing only float32 fused multiply-adds on data in
+    registers, on every OpenMP thread: the compute roof of the roofline, which no kernel
+    exceeds (a tuned BLAS GEMM gets close on large matrices).  Compiles a small C++ kernel
+    once (``load_inline``); each timed run lasts about ``seconds``."""
+    from mini.utils.cpp_extension import CompileError, load_inline
+
+    try:
+        ext = load_inline("fma_peak", _FMA_SOURCE, functions=["fma_loop"],
+                          extra_cflags=["-march=native", "-ffp-contract=fast"])
+    except CompileError:  # a compiler without -march=native: the baseline vector width
+        ext = load_inline("fma_peak", _FMA_SOURCE, functions=["fma_loop"],
+                          extra_cflags=["-ffp-contract=fast"])
+    iterations = 1000
+    while True:   # calibrate: a run long enough to time, short enough for a notebook cell
+        t0 = time.perf_counter()
+        ext.fma_loop(iterations)
+        dt = time.perf_counter() - t0
+        if dt > seconds / 4 or iterations > 1 << 34:
+            break
+        iterations *= 4
+    iterations = max(1, int(iterations * seconds / max(dt, 1e-9)))
+    flops = 2.0 * _FMA_LANES * iterations
+    best = best_time(lambda: ext.fma_loop(iterations), repeats=repeats, warmup=0,
+                     budget=4 * seconds)
+    threads = ext.fma_loop(1) / (2.0 * _FMA_LANES)
+    return flops * threads / best
 
 
 def dispatch_time(device: str = "numpy", op: str = "add", calls: int = 2000,

@@ -27,12 +27,15 @@ __all__ = [
     "elementwise_bytes", "ridge_point", "attainable", "bound", "OpCost", "mlp_step_table",
     "table_totals", "dispatch_ratio", "dispatch_share", "max_speedup", "op_overhead_share",
     "chain_bytes", "add_relu_bytes", "fusion_speedup", "predicted_time",
-    "H100_PEAK_FLOPS", "H100_BANDWIDTH",
+    "H100_PEAK_FLOPS", "H100_BANDWIDTH", "H100_TENSOR_FP16_FLOPS",
 ]
 
 #: The seed's accelerator: 67 TFLOP/s (FP32 dense) and 3.35 TB/s of HBM3 -> ridge 20 FLOP/B.
 H100_PEAK_FLOPS = 67e12
 H100_BANDWIDTH = 3.35e12
+#: Its tensor cores on FP16 (dense): 989 TFLOP/s -> ridge about 295 FLOP/B.  Matrix products
+#: that run on tensor cores need 15 times more reuse per byte to be compute-bound.
+H100_TENSOR_FP16_FLOPS = 989e12
 
 
 # --------------------------------------------------------------------------- FLOPs and bytes
@@ -183,10 +186,16 @@ def chain_bytes(n: int, k: int, itemsize: int = 4, fused: bool = False) -> int:
     return 2 * (1 if fused else int(k)) * int(n) * int(itemsize)
 
 
-def add_relu_bytes(n: int, itemsize: int = 4, fused: bool = False) -> int:
-    """Exact traffic of ``relu(a + b)`` with two input arrays: unfused the add reads a, b
-    and writes t (3·n·b) and the relu reads t and writes out (2·n·b): 5·n·b; fused: 3·n·b."""
-    return (3 if fused else 5) * int(n) * int(itemsize)
+def add_relu_bytes(n: int, itemsize: int = 4, fused: bool = False,
+                   write_allocate: bool = False) -> int:
+    """Traffic of ``relu(a + b)`` with two input arrays: unfused the add reads a, b and
+    writes t (3·n·b) and the relu reads t and writes out (2·n·b): 5·n·b; fused: 3·n·b.
+
+    ``write_allocate``: a CPU's ordinary store to a line that is not in the cache first
+    reads the line from memory (write-allocate), so every written byte also crosses the
+    memory bus once inbound: 7·n·b unfused (two writes), 4·n·b fused (one write)."""
+    reads, writes = (2, 1) if fused else (3, 2)
+    return (reads + writes * (2 if write_allocate else 1)) * int(n) * int(itemsize)
 
 
 def fusion_speedup(k: int) -> float:

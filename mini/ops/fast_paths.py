@@ -368,12 +368,27 @@ def im2col_native(x, kernel_size, stride, padding):
     return out.reshape(n * ho * wo, c * kh * kw)
 
 
+# ---------------------------------------------------------------------------------------
+# Kernels of the cuda device (device="cuda" only): numpy views of the device's managed
+# buffers in, device buffers out (mini/backends/cuda/backend.py).  Chapter 04's CUDA slots
+# are the device's add, matmul, whole-array sum and transpose; while they run mini's
+# reference these stand in with the device's own kernels, without the copies to and from
+# fresh device memory that the slots' Python wrappers make.  The same float operations in
+# the same order as the reference kernels (the tiled matmul and the transpose are the
+# references' kernels): bit-identical; the sum reduces in another order (row-reduce's
+# warps): equal to float rounding.
+
+def _cuda(*arrays):
+    """The cuda device whose buffers ``arrays`` are views of."""
+    from mini.backends.cuda.backend import owner_of
+    return owner_of(*arrays)
+
+
 @fast_path("04.im2col", device="cuda", also=("04.im2col_view",))
 def im2col_cuda(x, kernel_size, stride, padding):
     """The cuda device's im2col kernel (float32), on the device's own buffer: ``x`` is the
     numpy view of a compact cuda tensor's memory."""
-    from mini.backends import get_backend
-    be = get_backend("cuda")
+    be = _cuda(x)
     if x.dtype != np.float32 or not x.flags.c_contiguous or not hasattr(be, "im2col"):
         return NotImplemented
     n, c, h, w = x.shape
@@ -382,6 +397,52 @@ def im2col_cuda(x, kernel_size, stride, padding):
     wo = (w + 2 * padding[1] - kw) // stride[1] + 1
     cols = be.im2col(NDArray.make(x.reshape(-1), x.shape, be), kernel_size, stride, padding)
     return cols.reshape(n * ho * wo, c * kh * kw)
+
+
+@fast_path("03.compact", device="cuda")
+def compact_cuda(buffer, shape, strides, offset):
+    """A strided view of a float32 device buffer made compact by the device's compact
+    kernel; a transposed matrix by chapter 04's transpose (the student's, once written)."""
+    be = _cuda(buffer)
+    if buffer.dtype != np.float32 or buffer.ndim != 1:
+        return NotImplemented
+    shape, strides = tuple(shape), tuple(strides)
+    if len(shape) == 2 and shape[0] > 1 and shape[1] > 1 and strides == (1, shape[0]):
+        matrix = buffer[offset:offset + shape[0] * shape[1]].reshape(shape[1], shape[0])
+        got = be.run_slot("04.cuda_transpose_tiled", matrix)
+        if got is not None:
+            return be.device_buffer(got, matrix.size, np.float32, "04.cuda_transpose_tiled")
+    return be.compact_kernel(buffer, shape, strides, offset)
+
+
+@fast_path("04.cuda_add", device="cuda")
+def add_cuda(a, b, blocks=None, threads=256):
+    be = _cuda(a, b)
+    if blocks is not None or threads != 256 or a.dtype != np.float32 or b.dtype != np.float32 \
+            or a.shape != b.shape or not be.has_kernel("launch_ewise"):
+        return NotImplemented       # a launch configuration of its own: the reference
+    return be.ewise_kernel("add", be.to_device(a), be.to_device(b)).reshape(a.shape)
+
+
+@fast_path("04.cuda_matmul_tiled", device="cuda")
+def matmul_tiled_cuda(a, b):
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        return NotImplemented
+    return _cuda(a, b).matmul_kernel(a, b)
+
+
+@fast_path("04.cuda_block_sum_shuffle", device="cuda")
+def block_sum_shuffle_cuda(x, blocks=None):
+    if blocks is not None:
+        return NotImplemented
+    return _cuda(x).sum_kernel(x)
+
+
+@fast_path("04.cuda_transpose_tiled", device="cuda")
+def transpose_tiled_cuda(x):
+    if x.ndim != 2:
+        return NotImplemented
+    return _cuda(x).transpose_kernel(x)
 
 
 @fast_path("04.col2im", device="cpu")

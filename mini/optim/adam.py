@@ -30,10 +30,11 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, we
     """One AdamW update of one parameter, in place (called under ``no_grad``).
 
     ``param``, ``grad``, ``exp_avg``, ``exp_avg_sq`` are tensors of one shape; ``step`` is
-    the number of this update (1 for the first).  Update ``exp_avg`` and ``exp_avg_sq`` in
-    place, apply decoupled weight decay ``param *= 1 - lr * weight_decay`` (not through the
-    gradient), then ``param -= lr / (1 - beta1**step) * exp_avg / (sqrt(exp_avg_sq) /
-    sqrt(1 - beta2**step) + eps)``.  Returns None.
+    the number of this update (1 for the first).  Update the two moment estimates
+    ``exp_avg`` and ``exp_avg_sq`` in place, apply weight decay the *decoupled* way (to the
+    parameter, not through the gradient), then take Adam's bias-corrected step, with ``eps``
+    added to the denominator after the square root.  ``param`` changes in place; ``grad``
+    does not.  Returns None.  (The chapter's text builds the update; its hint has it whole.)
     """
     ### BEGIN SOLUTION
     exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)

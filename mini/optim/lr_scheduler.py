@@ -195,15 +195,11 @@ class SequentialLR(LRScheduler):
 def warmup_cosine(step, base_lr, warmup_steps, total_steps, min_lr=0.0):
     """The learning rate for step ``step`` (0 for the first optimizer step).
 
-    Linear warmup over ``warmup_steps`` steps that *starts above zero* and reaches
-    ``base_lr`` on the last warmup step: ``base_lr * (step + 1) / warmup_steps`` for
-    ``step < warmup_steps``.  Then cosine decay from ``base_lr`` (at ``step ==
-    warmup_steps``) to ``min_lr`` (at ``step == total_steps``), and ``min_lr`` after::
-
-        progress = (step - warmup_steps) / (total_steps - warmup_steps)
-        lr = min_lr + (base_lr - min_lr) * (1 + cos(pi * progress)) / 2
-
-    Returns a Python float.  ``warmup_steps == 0`` means no warmup.
+    Linear warmup over ``warmup_steps`` steps that *starts above zero* (step 0 already has a
+    positive rate) and reaches ``base_lr`` on the last warmup step.  Then half a cosine
+    period from ``base_lr`` (at ``step == warmup_steps``) down to ``min_lr`` (at ``step ==
+    total_steps``), and ``min_lr`` after.  Returns a Python float.  ``warmup_steps == 0``
+    means no warmup; ``total_steps == warmup_steps`` means no decay phase.
     """
     ### BEGIN SOLUTION
     if step < warmup_steps:

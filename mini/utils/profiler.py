@@ -20,6 +20,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from mini.exercises import LEARNER_CODE
 from mini.ndarray.memory import _TOTAL
 
 _ACTIVE: list = []
@@ -35,15 +36,21 @@ class OpStats:
 
 @dataclass
 class Profile:
-    events: list = field(default_factory=list)   # (name, phase, seconds, bytes)
+    events: list = field(default_factory=list)   # (name, phase, seconds, bytes, yours)
     wall_seconds: float = 0.0
 
-    def record(self, name: str, phase: str, seconds: float, nbytes: int) -> None:
-        self.events.append((name, phase, seconds, nbytes))
+    def record(self, name: str, phase: str, seconds: float, nbytes: int,
+               yours: bool = False) -> None:
+        self.events.append((name, phase, seconds, nbytes, yours))
+
+    def learner_ops(self) -> int:
+        """How many of the recorded ops ran a learner's code: an exercise registered with
+        ``@implement`` ran inside the op, or the op was called from inside one."""
+        return sum(1 for e in self.events if e[4])
 
     def stats(self) -> dict[str, OpStats]:
         out: dict[str, OpStats] = {}
-        for name, _, sec, nbytes in self.events:
+        for name, _, sec, nbytes, _ in self.events:
             s = out.setdefault(name, OpStats(name))
             s.count += 1
             s.seconds += sec
@@ -52,7 +59,7 @@ class Profile:
 
     def op_counts(self, phase: str | None = None) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
-        for name, ph, _, _ in self.events:
+        for name, ph, *_ in self.events:
             if phase is None or ph == phase:
                 counts[name] += 1
         return dict(counts)
@@ -73,6 +80,8 @@ class Profile:
                          f"{s.seconds / s.count * 1e6:>10.1f}{s.bytes_allocated / 1e6:>10.3f}")
         lines.append(f"{len(self.events)} ops, {self.op_seconds() * 1e3:.3f} ms in ops, "
                      f"{self.wall_seconds * 1e3:.3f} ms wall")
+        if self.learner_ops():
+            lines.append(f"{self.learner_ops()} of the {len(self.events)} ops ran your code")
         return "\n".join(lines)
 
 
@@ -112,11 +121,13 @@ def record(name: str, phase: str):
     """Time one operation for every active profiler (called by mini's dispatch).
 
     Only the outermost operation is recorded: the ops a backward rule runs are part of
-    its node's cost, not separate events."""
+    its node's cost, not separate events.  An op is the learner's when their code called it
+    or ran inside it (``mini.exercises.LEARNER_CODE``)."""
     if _DEPTH[0]:
         yield
         return
     _DEPTH[0] += 1
+    calls_before, inside = LEARNER_CODE[0], LEARNER_CODE[1] > 0
     bytes_before = _TOTAL.bytes
     start = time.perf_counter()
     try:
@@ -125,5 +136,6 @@ def record(name: str, phase: str):
         elapsed = time.perf_counter() - start
         _DEPTH[0] -= 1
         nbytes = _TOTAL.bytes - bytes_before
+        yours = inside or LEARNER_CODE[0] != calls_before
         for prof in _ACTIVE:
-            prof.record(name, phase, elapsed, nbytes)
+            prof.record(name, phase, elapsed, nbytes, yours)

@@ -1,6 +1,8 @@
 """Fixtures shared by the tests of mini's backends."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from mini.backends.cpu import build_info
@@ -19,3 +21,13 @@ def cpu():
 @pytest.fixture(scope="module")
 def ext(cpu):
     return cpu
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    """mini's cuda device (on the emulator where there is no GPU; its warning silenced)."""
+    import mini
+    from mini.backends.cuda import backend
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", backend.EmulatedDeviceWarning)
+        return mini.device("cuda")

@@ -1,7 +1,6 @@
 """Shared helpers of the CUDA tests: force the emulator, build modules once."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 import pytest
@@ -9,18 +8,9 @@ import pytest
 from mini.backends.cuda import build
 
 
-@contextlib.contextmanager
 def emulated():
     """Build with the emulator even on a machine with a GPU (these tests are about it)."""
-    old = os.environ.get(build.EMULATE_ENV)
-    os.environ[build.EMULATE_ENV] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(build.EMULATE_ENV, None)
-        else:
-            os.environ[build.EMULATE_ENV] = old
+    return build.emulated()
 
 
 def load_emulated(name, cuda_sources, functions, cpp_sources="", **kw):

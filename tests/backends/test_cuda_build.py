@@ -133,3 +133,83 @@ def test_a_prebuilt_runtime_is_used_from_its_folder(tmp_path, monkeypatch):
         monkeypatch.delenv(build.RUNTIME_DIR_ENV)
         build._runtime_library.cache_clear()
     assert build.runtime_library() == built
+
+
+# --------------------------------------------------------------------------- plain bindings
+
+PLAIN = r"""
+#include <stdexcept>
+__global__ void fill(float* p, float v, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = v;
+}
+// a launcher of plain numbers: bound with ctypes, no pybind11
+int launch_fill(std::uintptr_t p, float v, int n) {
+    fill<<<1, 32>>>((float*)p, v, n);
+    return (int)cudaGetLastError();
+}
+static long long
+twice(const long long x) { return 2 * x; }
+double half(double x) noexcept { return x / 2; }
+void nothing() {}
+int refuse(int code) {
+    if (code == 1) throw std::invalid_argument("code 1 is invalid");
+    if (code == 2) throw std::out_of_range("code 2 is out of range");
+    if (code == 3) throw std::runtime_error("code 3 failed");
+    return code;
+}
+"""
+
+
+@requires_posix
+def test_plain_functions_are_bound_with_ctypes_and_behave_like_pybind11():
+    from mini.backends.cuda import plain
+    functions = ["launch_fill", "twice", "half", "nothing", "refuse"]
+    sigs = plain.plain_signatures(["", PLAIN], functions)
+    assert sigs is not None and sigs["twice"].cpp() == "long long twice(long long x)"
+    assert sigs["launch_fill"].params == (("uintptr_t", "p"), ("float", "v"), ("int", "n"))
+    m = load_emulated("plain_demo", PLAIN, functions)
+    assert "bound with ctypes" in m.launch_fill.__doc__
+    assert m.twice(21) == 42 and m.twice(np.int64(-3)) == -6 and m.half(3) == 1.5
+    assert m.nothing() is None
+    with pytest.raises(ValueError, match="code 1 is invalid"):
+        m.refuse(1)
+    with pytest.raises(IndexError, match="out of range"):
+        m.refuse(2)
+    with pytest.raises(RuntimeError, match="code 3 failed"):
+        m.refuse(3)
+    assert m.refuse(7) == 7
+    with pytest.raises(TypeError, match=r"argument 1 \(int code\)"):
+        m.refuse(1.5)
+    with pytest.raises(TypeError, match="does not fit in a C\\+\\+ int"):
+        m.refuse(2 ** 31)
+    with pytest.raises(TypeError, match="takes 1 positional argument"):
+        m.refuse(1, 2)
+    with pytest.raises(TypeError, match="positional"):
+        m.refuse(code=1)
+    with pytest.raises(TypeError, match="must be a number"):
+        m.half("1")
+    dev = kernels.DeviceSession()
+    with dev:
+        p = dev.empty(40)
+        dev.check(m.launch_fill(p, 2.5, 40))
+        np.testing.assert_array_equal(dev.to_host(p), np.full(40, 2.5, np.float32))
+
+
+@pytest.mark.parametrize("source, functions", [
+    ("int f(py::array_t<float> a) { return 0; }", ["f"]),                 # pybind11 types
+    ("int f(float* p) { return 0; }", ["f"]),                              # a pointer
+    ("int f(int a, int b = 2) { return a; }", ["f"]),                      # a default argument
+    ("int f(int a) { return a; }\nint f(float a) { return 1; }", ["f"]),   # overloads
+    ("template <int N> int f(int a) { return a; }", ["f"]),                # a template
+    ("int f(int a);", ["f"]),                                              # declared only
+])
+def test_anything_else_keeps_pybind11(source, functions):
+    from mini.backends.cuda import plain
+    assert plain.plain_signatures(["", source], functions) is None
+
+
+def test_plain_signatures_ignore_comments_and_calls():
+    from mini.backends.cuda import plain
+    src = "// int f(py::object o) { }\nint g(int a) { return f(a); }\n/* f(1) */ int f(int a) { return a; }\n"
+    sigs = plain.plain_signatures(["", src], ["f", "g"])
+    assert sigs is not None and sigs["f"].params == (("int", "a"),)

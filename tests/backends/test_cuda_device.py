@@ -18,13 +18,6 @@ from cuda_helpers import requires_posix
 pytestmark = requires_posix
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cuda_backend.EmulatedDeviceWarning)
-        return mini.device("cuda")
-
-
 def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 

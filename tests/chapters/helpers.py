@@ -66,13 +66,17 @@ class GradedChapter:
 
 def grade_chapter(tmp: Path, chapter: str, *, course_src: Path = COURSE,
                   extra: dict[str, Callable[[nbformat.NotebookNode], None]] | None = None,
-                  cell_timeout: int = 60, check_timeout: float = 30,
+                  cell_timeout: int = 300, check_timeout: float = 120,
                   jobs: int = 2, mini_src: Path | None = None, **init_kwargs) -> GradedChapter:
     """Init a course in ``tmp``, release ``chapter`` (any spelling), submit ``solution``
     (the source notebooks) and ``blank`` (the released ones), plus one student per entry of
     ``extra``: ``{student: edit}`` where ``edit(nb)`` modifies a copy of the source notebook
     in place; autograde everything (in sandboxes, ``jobs`` at a time) and return the scores
-    and each submission's status (``GradedChapter.results``)."""
+    and each submission's status (``GradedChapter.results``).
+
+    The time limits are generous: on a loaded machine a setup cell that compiles C++ can
+    take over a minute, and an honest solution must never lose points to the clock (the
+    limits themselves are tested in tests/grader)."""
     from grader import course
 
     course_dir = tmp / "course"
@@ -217,14 +221,19 @@ def source_paths(chapter: str) -> list[Path]:
     return sorted((SOURCES / chapter).glob("*.md"))
 
 
-def notebook_of(chapter: str) -> Path:
-    """The (one) notebook of ``chapter``, ``course/<chapter>/<name>.ipynb``."""
-    (path,) = sorted((COURSE / chapter).glob("*.ipynb"))
-    return path
+def notebook_of(chapter: str, name: str | None = None) -> Path:
+    """The notebook ``course/<chapter>/<name>.ipynb``; ``name`` may be left out when the
+    chapter has one notebook."""
+    if name is not None:
+        return COURSE / chapter / f"{name}.ipynb"
+    paths = sorted((COURSE / chapter).glob("*.ipynb"))
+    if len(paths) != 1:
+        raise ValueError(f"{chapter} has notebooks {[p.name for p in paths]}: name the one you mean")
+    return paths[0]
 
 
 def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
-    """Run cells of ``chapter``'s notebook, in the order given, in one namespace named
+    """Run cells of ``chapter``'s notebooks, in the order given, in one namespace named
     ``__main__`` (as in a kernel), and return it.  A name is a demo's (``"setup"``,
     ``"payoff"``) or a slot (``"02.multiply_add"``: its exercise or solution cell, which
     registers the reference into mini; the conftest fixture unregisters it after the test).
@@ -237,8 +246,15 @@ def run_cells(chapter: str, *names: str, ns: dict | None = None) -> dict:
 
     from grader.checks import solution_grade_id
 
-    by_id = {cell.metadata.get("nbgrader", {}).get("grade_id"): cell
-             for cell in nbformat.read(str(notebook_of(chapter)), as_version=4).cells}
+    by_id = {}
+    for path in sorted((COURSE / chapter).glob("*.ipynb")):    # grade ids are unique chapter-wide
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if gid is None:
+                continue
+            if gid in by_id:
+                raise ValueError(f"{chapter}: two cells with grade id {gid!r}")
+            by_id[gid] = cell
     ns = {} if ns is None else ns
     ns.setdefault("__name__", "__main__")
     ns.setdefault("__builtins__", __builtins__)
@@ -290,3 +306,35 @@ def displayed_widget_bundle(monkeypatch, module, widget: str, **kwargs) -> dict:
     getattr(module, widget)(**kwargs)
     (ui,) = shown
     return ui._repr_mimebundle_()
+
+
+def graded_in_sandbox(tmp_path: Path, chapter: str, notebook: str, grade_ids, slot: str,
+                      name: str, replace: tuple[str, str] | None = None):
+    """The verdict of ``slot``'s check on the cells ``grade_ids`` of ``notebook`` (setup
+    and answer cells, as text) run in the sandboxed worker with the chapter's student copy
+    of mini, as autograding runs them.  ``replace``: (old, new) text to change in the last
+    cell first (a wrong answer).  Skips where there is no sandbox."""
+    import pytest
+    from grader.checks import evaluate
+    from grader.checks.student import Student
+    from grader.course import default_mini_src
+    from grader.grading import answer_cells
+    from grader.sandbox import Sandbox, SandboxUnavailable
+    from grader.solutions import strip_package
+    from grader.workerproc import WorkerBackend
+    try:
+        box = Sandbox.detect()
+    except SandboxUnavailable as e:
+        pytest.skip(f"no sandbox on this machine (install bubblewrap to run this test): {e}")
+    if not (tmp_path / "mini").exists():
+        strip_package(default_mini_src(), tmp_path / "mini", int(chapter[:2]))
+    nb = nbformat.read(str(notebook_of(chapter, notebook)), as_version=4)
+    cells = [dict(c) for c in answer_cells(nb, nb) if c["grade_id"] in grade_ids]
+    assert len(cells) == len(grade_ids), [c["grade_id"] for c in cells]
+    if replace is not None:
+        assert replace[0] in cells[-1]["source"], replace[0]
+        cells[-1]["source"] = cells[-1]["source"].replace(*replace)
+    with WorkerBackend(box, mini_dir=tmp_path / "mini", cells=cells, check_timeout=240,
+                       cache_dir=tmp_path / "cache") as be:
+        be.begin_check()
+        return evaluate(slot, Student(be, slot, name))

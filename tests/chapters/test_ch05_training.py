@@ -168,3 +168,35 @@ def test_training_memory_model_matches_what_mini_holds(capsys):
         assert measured[part] == predicted[part], part
     assert abs(measured["activations"] / predicted["activations"] - 1) < 0.05, (measured, predicted)
     assert "set MY_ESTIMATE_BYTES above" in capsys.readouterr().out
+
+
+def test_batchnorm_forward_gives_partial_credit_by_named_parts():
+    """One mistake costs its part only, and the feedback names the part and the mistake."""
+    from grader.checks import run_in_process
+    from grader.checks.ch05_training import BN_FORWARD_PARTS
+    from grader.mistakes import ch05_training as wrong
+
+    cases = {wrong.bn_biased_running_var: "running statistics",
+             wrong.bn_running_momentum_swapped: "running statistics",
+             wrong.bn_batch_stats_at_eval: "eval mode"}
+    for fn, lost in cases.items():
+        v = run_in_process("05.batchnorm_forward", fn)
+        assert v.points == 12 - BN_FORWARD_PARTS[lost], (fn.__name__, v.points, v.message)
+        failed = [p.name for p in v.parts if p.earned < p.max_points]
+        assert failed == [lost], (fn.__name__, failed)
+
+
+def test_adamw_step_gives_partial_credit_by_named_parts():
+    from grader.checks import run_in_process
+    from grader.checks.ch05_training import ADAMW_PARTS
+    from grader.mistakes import ch05_training as wrong
+
+    cases = {wrong.adamw_no_bias_correction: {"bias-corrected step", "decoupled weight decay"},
+             wrong.adamw_eps_inside_sqrt: {"bias-corrected step", "decoupled weight decay"},
+             wrong.adamw_decay_in_gradient: {"decoupled weight decay"},
+             wrong.adamw_scales_grad_in_place: {"moment estimates"}}
+    for fn, lost in cases.items():
+        v = run_in_process("05.adamw_step", fn)
+        failed = {p.name for p in v.parts if p.earned < p.max_points}
+        assert failed == lost, (fn.__name__, failed, v.message)
+        assert v.points == 12 - sum(ADAMW_PARTS[k] for k in lost), (fn.__name__, v.points)

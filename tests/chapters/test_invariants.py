@@ -144,6 +144,7 @@ def test_points_are_the_checks_points(chapter):
 def test_notebook_grading_metadata_matches_the_checks(chapter):
     from grader.checks import checks_for_chapter, solution_grade_id, test_grade_id
     checks = checks_for_chapter(_number(chapter))
+    total, where = 0, {}         # a chapter may span several notebooks: 100 points in all
     for nb_path in sorted((COURSE / chapter).glob("*.ipynb")):
         graded, solutions, ids = {}, set(), []
         for cell in nbformat.read(str(nb_path), as_version=4).cells:
@@ -159,13 +160,19 @@ def test_notebook_grading_metadata_matches_the_checks(chapter):
                 assert not meta["grade"] and not meta["locked"]
                 solutions.add(meta["grade_id"])
         assert len(ids) == len(set(ids)), "grade ids must be unique"
-        assert sum(points for points, _ in graded.values()) == 100
+        total += sum(points for points, _ in graded.values())
         for slot, chk in checks.items():
+            if test_grade_id(slot) not in graded:
+                continue
+            assert slot not in where, f"{slot} is graded in {where[slot]} and {nb_path.name}"
+            where[slot] = nb_path.name
             points, source = graded[test_grade_id(slot)]
             assert points == chk.points, slot
             assert f'run_check("{slot}",' in source
             assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
             assert solution_grade_id(slot) in solutions
+    assert total == 100
+    assert set(where) == set(checks), f"slots graded in no notebook: {set(checks) - set(where)}"
 
 
 @pytest.mark.nbgrader

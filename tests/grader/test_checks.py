@@ -34,6 +34,37 @@ def test_registry_discovers_chapter_modules():
         get_check("42.nothing")
 
 
+def test_a_fresh_grader_process_finds_minis_reference_of_every_slot():
+    """The trusted grader computes expected values with ``mini.exercises.reference`` in a
+    process that imported only ``mini`` and ``grader.checks`` (nothing imported, say,
+    ``mini.jit`` for it): every slot declared in mini's source must be found from there,
+    else the autograde of its chapter crashes on a KeyError."""
+    import json
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import mini
+    declared = set()
+    for path in Path(mini.__file__).parent.rglob("*.py"):
+        declared |= set(re.findall(r"""@exercise\(\s*["'](\d\d\.\w+)["']""", path.read_text()))
+    code = ("import json, sys, grader.checks, mini.exercises as ex\n"
+            "found = {}\n"
+            "for slot in json.loads(sys.argv[1]):\n"
+            "    try:\n"
+            "        ex.reference(slot); found[slot] = True\n"
+            "    except KeyError:\n"
+            "        found[slot] = False\n"
+            "print(json.dumps(found))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(sorted(declared))],
+                         capture_output=True, text=True, check=True).stdout
+    found = json.loads(out.splitlines()[-1])
+    assert len(declared) > 40 and "01.record_op" in declared
+    missing = sorted(s for s, ok in found.items() if not ok)
+    assert not missing, f"mini.exercises.reference cannot find these slots in a fresh process: {missing}"
+
+
 def test_ids_and_grade_ids():
     assert chapter_of("03.compact_strides") == 3
     for bad in ("3.x", "03", "ab.c", "03."):

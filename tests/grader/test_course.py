@@ -351,11 +351,18 @@ def test_check_reports_visible_and_hidden_results(graded_fixture, tmp_path, caps
     assert off.visible == "failed" and "not implemented" in off.message
     table = format_table(list(results.values()))
     assert "total: 0 / 16 points" in table
-    # The command: the instructor's notebook passes everything.
+    # The command: the instructor's notebook passes everything (exit 0) ...
     monkeypatch.setenv("MINI_COURSE_SRC", str(FIXTURE_COURSE))
     assert main(["check", "03", str(FIXTURE_NB), "--timeout", "30"]) == 0
     out = capsys.readouterr().out
     assert "total: 16 / 16 points" in out
+    # ... and the learner's workspace notebook, found by chapter, does not (exit 1).
+    monkeypatch.setenv("MINI_WORKSPACE", str(tmp_path))
+    ws.rename(tmp_path / FIXTURE_CHAPTER)
+    assert main(["check", "03", "--timeout", "30"]) == 1
+    out = capsys.readouterr().out
+    assert f"checking {tmp_path / FIXTURE_CHAPTER / 'fixture.ipynb'}" in out
+    assert "total: 0 / 16 points" in out
 
 
 # --------------------------------------------------------------------------- workspace
@@ -371,6 +378,8 @@ def test_workspace_never_overwrites_and_grows(tmp_path):
     text = nb.read_text()
     assert "run_check" not in text and "step *= max(dim, 1)" not in text
     assert (ws / ".gitignore").read_text().strip().endswith("*")
+    # the marker that lets a later chapter's setup load this one's answers (mini.yours)
+    assert '"workspace": ".."' in (ws / FIXTURE_CHAPTER / ".mini-workspace.json").read_text()
     nb.write_text(text.replace("YOUR CODE HERE", "MY OWN WORK"))
     (ws / FIXTURE_CHAPTER / "mini" / "_release.py").write_text("CHAPTER = 99\n")
     # A chapter added later appears on the next run; existing work is untouched.
@@ -431,12 +440,23 @@ def test_an_interrupted_run_resumes_and_the_gradebook_is_backed_up(graded_fixtur
         assert con.execute("SELECT count(*) FROM grade").fetchone()[0] > 0
     finally:
         con.close()
+    # A file rejected at import is a row of the summary and of the grades, with its status.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "no name here!.ipynb").write_bytes(FIXTURE_NB.read_bytes())
+    course.import_submissions(FIXTURE_CHAPTER, inbox, d, log=quiet)
     lines = []
     results = course.autograde(FIXTURE_CHAPTER, d, jobs=2, log=lines.append)
+    row = next(l for l in lines if "[rejected at import]" in l)
+    assert row.startswith("no name here!.ipynb: - [rejected at import]") and "not a safe student id" in row
+    assert "1 files rejected at import" in lines[-1]
+    rejected_rows = [r for r in course.grades(d) if r["status"] == "rejected at import"]
+    assert [(r["student"], r["notebook"]) for r in rejected_rows] == [("no name here!.ipynb",) * 2]
     assert any("resuming an interrupted run: 1 of" in l for l in lines)
     assert results[merged[0]].resumed
     assert sum(not r.resumed for r in results.values()) == len(results) - 1
-    after = {(r["student"], r["grade_id"]): r["score"] for r in course.grades(d)}
+    after = {(r["student"], r["grade_id"]): r["score"] for r in course.grades(d)
+             if r["status"] != "rejected at import"}
     assert after == before                      # the same grades, whichever run made them
 
 

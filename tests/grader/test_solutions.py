@@ -216,3 +216,87 @@ def test_sync_solutions_command(tmp_path, capsys):
     assert "03.offset" in capsys.readouterr().out
     assert main(["sync-solutions", "--course-src", str(src)]) == 0
     assert main(["sync-solutions", "--check", "--course-src", str(src)]) == 0
+
+
+# --------------------------------------------------------------------------- C++ / CUDA regions
+
+CPP = """\
+// kernels of a device
+static int helper() { return 1; }
+// BEGIN SOLUTION 04.cuda_add
+__global__ void add_kernel(const float* a, float* out, int n) { out[0] = a[0]; }
+int launch_add(int n) { return helper() + n; }
+// END SOLUTION
+    // BEGIN SOLUTION 05.adamw_step
+    int later() { return 2; }
+    // END SOLUTION
+int launch_other() { return helper(); }
+"""
+
+
+def test_cpp_regions_are_scanned_and_stripped_by_chapter():
+    from grader.solutions import scan_cpp_source, strip_cpp_source
+    regions = scan_cpp_source(CPP, Path("k.cu"))
+    assert [(r.slot_id, r.begin, r.end) for r in regions] == [("04.cuda_add", 2, 5), ("05.adamw_step", 6, 8)]
+    assert "launch_add" in regions[0].text and "BEGIN" not in regions[0].text
+    new, gone = strip_cpp_source(CPP, "k.cu", 4)
+    assert gone == ["04.cuda_add", "05.adamw_step"]
+    assert "add_kernel" not in new and "later" not in new and "launch_other" in new
+    assert new.count("\n") == CPP.count("\n") - 5          # each region became one line
+    assert "    // (05.adamw_step: " in new                 # indentation kept
+    assert strip_cpp_source(CPP, "k.cu", 5)[1] == ["05.adamw_step"]     # chapter 04 ships
+    assert strip_cpp_source(CPP, "k.cu", 6) == (CPP, [])
+
+
+@pytest.mark.parametrize("bad, message", [
+    (CPP.replace("// END SOLUTION\n    // BEGIN", "    // BEGIN", 1), "nested"),
+    (CPP.replace("// BEGIN SOLUTION 04.cuda_add", "// BEGIN SOLUTION"), "names its exercise"),
+    (CPP + "// END SOLUTION\n", "without"),
+    (CPP + "// BEGIN SOLUTION 04.cuda_add\n", "never closed"),
+])
+def test_broken_cpp_regions_are_errors(bad, message):
+    from grader.solutions import scan_cpp_source
+    with pytest.raises(ValueError, match=message):
+        scan_cpp_source(bad, Path("k.cu"))
+
+
+def test_minis_cpp_regions_name_its_exercises(tmp_path):
+    from grader.solutions import cpp_regions
+    regions = cpp_regions(MINI)
+    assert {r.slot_id for r in regions} >= {"04.cuda_add", "04.cuda_block_sum_shuffle", "04.cuda_matmul_tiled"}
+    assert all(r.path.suffix == ".cu" for r in regions)
+    bad = tmp_path / "mini"
+    shutil.copytree(MINI, bad, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (bad / "backends" / "cuda" / "kernels" / "extra.cu").write_text(
+        "// BEGIN SOLUTION 04.no_such_slot\nint f() { return 0; }\n// END SOLUTION\n")
+    with pytest.raises(ValueError, match="names no exercise"):
+        cpp_regions(bad)
+
+
+def test_a_chapter_04_release_ships_no_cuda_answer_and_chapter_05_ships_them(tmp_path):
+    """The student copy of chapter 04 holds no line of the CUDA exercises' references, in
+    Python or in .cu files (find_leaks, which also reads the C++ regions), and none of mini's
+    kernels that would give them away; chapter 05's copy has them all (catch-up)."""
+    from grader.course import find_leaks
+    from grader.solutions import cpp_regions
+    rel4 = tmp_path / "release4"
+    strip_package(MINI, rel4 / "mini", 4)
+    assert find_leaks(rel4, 4, MINI) == []
+    backend = (rel4 / "mini" / "backends" / "cuda" / "kernels" / "backend.cu").read_text()
+    for name in ("ewise_kernel", "launch_ewise", "warp_combine", "row_reduce_kernel", "launch_matmul("):
+        assert name not in backend, name
+    assert len(cpp_regions(MINI)) == backend.count("it arrives with that chapter's solutions")
+    assert not list((rel4 / "mini" / "backends" / "cuda" / "kernels").glob("matmul*.cu"))
+    exercises = (rel4 / "mini" / "backends" / "cuda" / "exercises.py").read_text()
+    for line in ("As[ty][tx] = ", "__shfl_down_sync(0xffffffff", "i += stride", "tile[TDIM][TDIM + 1]"):
+        assert line not in exercises, line
+    rel5 = tmp_path / "release5"
+    strip_package(MINI, rel5 / "mini", 5)
+    assert (rel5 / "mini" / "backends" / "cuda" / "kernels" / "backend.cu").read_text() == \
+        (MINI / "backends" / "cuda" / "kernels" / "backend.cu").read_text()
+    assert "// --- host launcher ---" in (rel5 / "mini" / "backends" / "cuda" / "exercises.py").read_text()
+    # a planted kernel line is found
+    (rel4 / "mini" / "backends" / "cuda" / "kernels" / "leak.cu").write_text(
+        "        v += __shfl_down_sync(0xffffffff, v, offset);   // all 32 lanes take part\n")
+    assert [line for _, _, line in find_leaks(rel4, 4, MINI)] == [
+        "v += __shfl_down_sync(0xffffffff, v, offset);   // all 32 lanes take part"]

@@ -178,6 +178,44 @@ def test_without_openmp_it_builds_serially_and_says_so_once(tmp_path, monkeypatc
         load_inline("serial_ext2", src, functions=["serial_sum"], build_directory=tmp_path)
 
 
+# --------------------------------------------------------------------------- pybind11=False
+
+C_API = r"""
+static PyObject* twice(PyObject* self, PyObject* arg) {
+    double x = PyFloat_AsDouble(arg);
+    if (x == -1.0 && PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(2 * x);
+}
+static PyMethodDef methods[] = {{"twice", twice, METH_O, "2 x"}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef definition = {PyModuleDef_HEAD_INIT, MINI_MODULE_NAME, NULL, -1, methods};
+PyMODINIT_FUNC MINI_MODULE_INIT(void) { return PyModule_Create(&definition); }
+"""
+
+
+def test_a_plain_c_api_module_builds_without_pybind11(tmp_path):
+    """pybind11=False: Python.h only, the source defines its own module (the JIT's generated
+    kernels are built this way: no pybind11 headers to compile)."""
+    mod = load_inline("capi_ext", C_API, pybind11=False, build_directory=tmp_path)
+    assert mod.twice(21.0) == 42.0
+    assert load_inline("capi_ext", C_API, pybind11=False, build_directory=tmp_path) is mod
+    other = load_inline("capi_ext", C_API + "\n// another source\n", pybind11=False,
+                        build_directory=tmp_path)
+    assert other is not mod and other.twice(1.5) == 3.0      # its own module name
+
+
+def test_a_c_api_module_takes_no_functions_list(tmp_path):
+    with pytest.raises(ValueError, match="pybind11=False"):
+        load_inline("capi_bad", C_API, functions=["twice"], pybind11=False,
+                    build_directory=tmp_path)
+
+
+def test_a_c_api_compile_error_names_the_line(tmp_path):
+    src = "static int f() {\n    return undefined_name;\n}\n"
+    with pytest.raises(CompileError) as info:
+        load_inline("capi_broken", src, pybind11=False, build_directory=tmp_path)
+    assert info.value.lines == [2]
+
+
 # --------------------------------------------------------------------------- OpenMP flags
 # The same candidates as setup.py, tried in order against a faked compiler probe: which
 # flags each kind of compiler ends up with, and what the build command then contains.

@@ -1,8 +1,8 @@
 """The catalogue of typical CUDA mistakes: wrong kernels for the chapter 04 exercises.
 
-Each ``.cu`` file here is a plausible wrong answer to one exercise of
-``mini/backends/cuda/kernels`` (same kernel name and signature, so the exercise's host
-launcher runs it).  :data:`CUDA_MISTAKES` says, for each, how it is caught:
+Each ``.cu`` file here is a plausible wrong answer to one exercise of chapter 04's CUDA part
+(same kernel name and signature as the reference in its slot, so the exercise's host launcher
+runs it).  :data:`CUDA_MISTAKES` says, for each, how it is caught:
 
 - a sanitizer report of a given ``kind`` (race, out_of_bounds, uninitialized_read,
   barrier_divergence, shuffle_mask) whose quoted source line contains ``line_has``;
@@ -15,16 +15,22 @@ the numpy answer) for the reference or a mistake; the tests in
 ``tests/backends/test_cuda_catalogue.py`` prove every entry is caught, and the chapter's
 checks grade with the same scenarios.  These files sit in ``grader``, not in ``mini``:
 they would show students how close to an answer each mistake is.
+
+:func:`slot_variant` turns a mistake into a wrong *exercise function*: mini's reference of
+the slot with the kernel part of its CUDA source replaced.  The chapter's catalogue
+(``grader/mistakes/ch04_cuda.py``) grades those with the hidden checks.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import types
+
 import numpy as np
 
 __all__ = ["CudaMistake", "CUDA_MISTAKES", "MISTAKE_DIR", "mistake_source", "SCENARIOS", "run",
-           "Outcome", "diagnose", "load_module", "launcher"]
+           "Outcome", "diagnose", "load_module", "launcher", "slot_variant"]
 
 MISTAKE_DIR = Path(__file__).resolve().parent
 
@@ -37,6 +43,7 @@ class CudaMistake:
     detect: str        # a report kind, or wrong_result / uncoalesced / bank_conflicts
     line_has: str      # a substring of the source line the report points at ("" if none)
     hint: str          # what to tell the student
+    diagnosis: str = ""  # wrong_result: a substring of what diagnose() says
 
 
 CUDA_MISTAKES = [
@@ -50,8 +57,18 @@ CUDA_MISTAKES = [
     CudaMistake("add_uncoalesced", "add", "uncoalesced layout (a chunk per thread)", "uncoalesced",
                 "", "neighbouring threads should touch neighbouring elements (thread i takes "
                     "element i, then i + stride): the warp then reads 4 sectors, not 32"),
+    CudaMistake("add_no_grid_stride", "add", "no grid-stride loop", "uninitialized_read", "",
+                "with fewer threads than elements each thread must handle several: loop with "
+                "i += blockDim.x * gridDim.x"),
     CudaMistake("matmul_naive_row_col_swap", "matmul_naive", "row/column swap", "wrong_result", "",
-                "the result is A^T @ B: A[row][k] is A[row * K + k] in a row-major array"),
+                "the result is A^T @ B: A[row][k] is A[row * K + k] in a row-major array",
+                "swapped"),
+    CudaMistake("matmul_tiled_no_edge_padding", "matmul_tiled", "missing bounds check on the tile loads",
+                "out_of_bounds", "As[ty][tx] = A[row * K + t * TILE + tx]",
+                "a tile that hangs over the edge of A or B must be padded with zeros, not read"),
+    CudaMistake("matmul_tiled_drops_partial_k_tile", "matmul_tiled", "last partial tile along K left out",
+                "wrong_result", "",
+                "loop over (K + TILE - 1) / TILE tiles; the last one is partial", "partial tile"),
     CudaMistake("matmul_tiled_no_second_barrier", "matmul_tiled",
                 "missing barrier before reusing a tile", "race", "As[ty][tx]",
                 "a thread overwrites the tile while others still read it: __syncthreads() "
@@ -88,6 +105,9 @@ CUDA_MISTAKES = [
     CudaMistake("transpose_tiled_no_padding", "transpose_tiled", "bank conflicts in a shared tile",
                 "bank_conflicts", "",
                 "a column of a 32-float-wide tile lies in one bank: pad each row to 33 floats"),
+    CudaMistake("transpose_tiled_uncoalesced", "transpose_tiled", "uncoalesced layout (writes down a column)",
+                "uncoalesced", "",
+                "read a tile along rows into shared memory and write its columns as rows"),
 ]
 
 
@@ -189,8 +209,37 @@ def diagnose(exercise: str, outcome: Outcome) -> str:
             return "the result is A^T @ B: rows and columns of A are swapped (A[row][k] is A[row * K + k])"
         if np.allclose(got, (a @ b).T, rtol=1e-4, atol=1e-4):
             return "the result is (A @ B)^T: rows and columns of C are swapped"
+    if exercise.startswith("matmul"):
+        a, b = outcome.inputs
+        k = a.shape[1]
+        whole = k // 16 * 16
+        if k % 16 and np.allclose(got, a[:, :whole] @ b[:whole], rtol=1e-4, atol=1e-4):
+            return "the last partial tile along K is left out: loop over (K + TILE - 1) / TILE tiles"
     if exercise.startswith("transpose") and np.array_equal(got.reshape(want.T.shape), want.T):
         return "the output is the input, not its transpose"
     if np.isnan(got).any() and not np.isnan(want).any():
         return "the output has NaN where the answer has none: uninitialised memory was read"
     return ""
+
+
+# --------------------------------------------------------------------- wrong slot functions
+
+def slot_variant(exercise: str, kernel_source: str, name: str | None = None):
+    """mini's reference function of ``exercise``'s slot (``kernels.SLOTS``) with the kernel
+    part of its CUDA source replaced by ``kernel_source`` (the launcher and the Python around
+    it unchanged): the function a student with that kernel would have written."""
+    from mini.backends.cuda import kernels
+    from mini.exercises import reference
+    ref = reference(kernels.SLOTS[exercise])
+    code = ref.__code__
+    old = [c for c in code.co_consts if isinstance(c, str) and kernels.MARKER in c]
+    if len(old) != 1:
+        raise ValueError(f"the reference of {kernels.SLOTS[exercise]} holds no CUDA source")
+    kernel = kernels.split(kernel_source)[0] if kernels.MARKER in kernel_source else kernel_source
+    new = kernel.rstrip() + "\n\n" + kernels.split(old[0])[1]
+    consts = tuple(new if c is old[0] else c for c in code.co_consts)
+    fn = types.FunctionType(code.replace(co_consts=consts), ref.__globals__, name or ref.__name__,
+                            ref.__defaults__, ref.__closure__)
+    fn.__kwdefaults__ = ref.__kwdefaults__
+    fn.__doc__ = f"{ref.__name__} with the kernel of a catalogued mistake"
+    return fn

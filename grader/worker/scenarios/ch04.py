@@ -1,4 +1,4 @@
-"""Scenarios of chapter 04 (hardware on the CPU)."""
+"""Scenarios of chapter 04 (hardware on the CPU; the CUDA part's are in ``ch04_cuda.py``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -46,4 +46,25 @@ def omp_sum_race(impl, *, n: int, seed: int, teams: list, per_team: int) -> list
     return out
 
 
-SCENARIOS = {"omp_sum_race": omp_sum_race}
+def earlier_exercise(impl, *, slot: str, args: list):
+    """What mini runs for the earlier exercise ``slot`` returns on ``args`` (the student's
+    function where the notebook registered one, mini's reference otherwise): a check uses it
+    to tell whether a wrong result comes from the exercise under test or from one it builds
+    on."""
+    from mini import exercises
+    return exercises.active(str(slot))(*args)
+
+
+def view_writeable(impl, *, xp, kernel_size, stride) -> bool:
+    """Whether the array ``impl(xp, kernel_size, stride)`` returns can be written through
+    (the codec hands the trusted side a copy, so the flag is read here)."""
+    v = impl(xp, tuple(kernel_size), tuple(stride))
+    return bool(getattr(getattr(v, "flags", None), "writeable", True))
+
+
+SCENARIOS = {"omp_sum_race": omp_sum_race, "earlier_exercise": earlier_exercise,
+             "view_writeable": view_writeable}
+
+from .ch04_cuda import SCENARIOS as _CUDA_SCENARIOS  # noqa: E402 - the CUDA part's, one table
+
+SCENARIOS.update(_CUDA_SCENARIOS)

@@ -259,6 +259,17 @@ def checkpoint_save(impl, *, stop: int, end: int) -> dict:
         def spy(name):
             def wrapper(*a, **k):
                 calls.append(name)
+                if name in ("replace", "rename") and a:   # where the temporary file lived
+                    same = os.path.dirname(os.path.abspath(a[0])) == os.path.dirname(
+                        os.path.abspath(path))
+                    calls.append(f"{name}:{'same-dir' if same else 'other-dir'}")
+                if name == "fsync" and a:                  # a file's data or a directory entry
+                    try:
+                        import stat
+                        kind = "dir" if stat.S_ISDIR(os.fstat(a[0]).st_mode) else "file"
+                    except (OSError, TypeError):
+                        kind = "unknown"
+                    calls.append(f"fsync:{kind}")
                 return real[name](*a, **k)
             return wrapper
 

@@ -39,7 +39,7 @@ from mini.backends.cuda import build
 
 __all__ = ["check", "KernelCheck", "CudaSanitizerWarning", "set_options", "get_options",
            "last_launches", "last_launch", "transfer_stats", "reset_transfer_stats", "library",
-           "collect", "KINDS", "COUNTERS"]
+           "collect", "KINDS", "COUNTERS", "source_lines", "CudaSanitizerError"]
 
 #: Every kind of report, with a short description.
 KINDS = {
@@ -73,6 +73,10 @@ _LAST: collections.deque = collections.deque(maxlen=100)
 
 class CudaSanitizerWarning(UserWarning):
     """The emulator found a problem in a kernel launch (outside ``check()``)."""
+
+
+class CudaSanitizerError(AssertionError):
+    """Raised by :meth:`KernelCheck.assert_clean` when the sanitizer found a problem."""
 
 
 # --------------------------------------------------------------------------- the library
@@ -230,15 +234,25 @@ def _thread(t, launch) -> dict | None:
         return None
     out = {"block": tuple(t["block"]) if "block" in t else None,
            "thread": tuple(t["thread"]) if "thread" in t else None,
-           "access": t.get("access", ""), "file": "", "line": 0, "source": "", "function": ""}
+           "access": t.get("access", ""), "file": "", "line": 0, "source": "", "function": "",
+           "module": ""}
     site = t.get("site")
     if site:
         file, line, func = _LINES.get((site["module"], site["offset"]), ("", 0, ""))
-        out.update(file=file, line=line, function=func)
+        out.update(file=file, line=line, function=func, module=str(site["module"]))
         lines = _SOURCES.get(site["module"], {}).get(file)
         if lines and 0 < line <= len(lines):
             out["source"] = lines[line - 1].strip()
     return out
+
+
+def source_lines(module: str, file: str = "") -> list[str] | None:
+    """The lines of source ``file`` (``<cuda>`` by default, or ``<cell>``) of the module
+    built at path ``module``, as ``load_inline`` received them (None if unknown)."""
+    files = _SOURCES.get(str(module))
+    if not files:
+        return None
+    return files.get(file or build.CUDA_FILE)
 
 
 def _who(t, launch) -> str:
@@ -336,12 +350,18 @@ def collect() -> None:
         _LAST.extend(launches)
     reports = [r for l in launches for r in l["reports"]] + host
     if reports:
-        shown = "\n".join("- " + r["message"] for r in reports[:5])
-        more = f"\n... and {len(reports) - 5} more" if len(reports) > 5 else ""
+        from mini.backends.cuda import reports as _reports
+        found = KernelCheck()
+        found._add([l for l in launches if l["reports"] or l["error"] != "cudaSuccess"], host)
+        if _reports.in_notebook():
+            # shown every time (a warning is shown once per place in the code), with the lines
+            _reports.show(found)
+            text = f"mini's CUDA emulator found {len(reports)} problem(s): see the report above"
+        else:
+            text = _reports.text(found)
         warnings.warn(CudaSanitizerWarning(
-            f"mini's CUDA emulator found {len(reports)} problem(s):\n{shown}{more}\n"
-            "(run the call inside `with mini.cuda.emulator.check() as run:` to inspect them)"),
-            stacklevel=3)
+            text + "\n(run the call inside `with mini.cuda.emulator.check() as run:` to inspect "
+                   "the reports: run.reports, run.counters())"), stacklevel=3)
 
 
 def last_launches() -> list[dict]:
@@ -409,6 +429,8 @@ class KernelCheck:
         return total
 
     def summary(self) -> str:
+        """Every launch and its reports, one line each (see ``str(run)`` for the reports
+        with their source lines and what they usually mean)."""
         if not self.launches and not self.host_reports:
             return "no kernel launches were recorded"
         out = []
@@ -426,7 +448,36 @@ class KernelCheck:
             out.append("host: " + r["message"])
         return "\n".join(out)
 
-    __str__ = summary
+    def __str__(self) -> str:
+        from mini.backends.cuda import reports
+        return reports.text(self)
+
+    def _repr_html_(self) -> str:
+        from mini.backends.cuda import reports
+        return reports.html(self)
+
+    def assert_clean(self, what: str = "") -> None:
+        """Raise :class:`CudaSanitizerError` (an AssertionError) when a report was made or a
+        launch failed, after showing the reports (in a notebook: with your source lines).
+        ``what`` names the call in the message, e.g. ``"cuda_add with 2 blocks"``."""
+        failed = [l for l in self.launches if l["error"] != "cudaSuccess"]
+        if not self.reports and not failed:
+            return
+        from mini.backends.cuda import reports
+        groups = reports.group(self.reports)
+        if reports.in_notebook():
+            self.show()
+            detail = "see the report above"
+        else:
+            detail = str(self)
+        first = reports.title(groups[0][0]) if groups else f"a launch ended with {failed[0]['error']}"
+        raise CudaSanitizerError(f"{what + ': ' if what else ''}mini's CUDA sanitizer found "
+                                 f"{len(groups) or len(failed)} problem(s), first {first}; {detail}")
+
+    def show(self, limit: int = 5) -> None:
+        """Display the reports: HTML with the source lines in a notebook, text elsewhere."""
+        from mini.backends.cuda import reports
+        reports.show(self, limit)
 
     def __repr__(self):
         return (f"KernelCheck({len(self.launches)} launch(es), {len(self.reports)} report(s), "

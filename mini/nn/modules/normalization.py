@@ -72,11 +72,10 @@ def batchnorm_backward(grad_out, x_hat, inv_std, weight):
     """Gradients of training-mode batch normalisation, from what the forward saved.
 
     ``grad_out`` and ``x_hat`` are [M, C], ``inv_std`` and ``weight`` are [C].  Returns
-    ``(grad_x, grad_weight, grad_bias)``.  The batch mean and variance depend on every row,
-    so ``grad_x`` is not just ``grad_out * weight * inv_std``::
-
-        g = grad_out * weight
-        grad_x = inv_std / M * (M * g - g.sum(0) - x_hat * (g * x_hat).sum(0))
+    ``(grad_x, grad_weight, grad_bias)``, each with the shape of what it is the gradient of.
+    The batch mean and variance depend on every row, so ``grad_x`` is not just
+    ``grad_out * weight * inv_std``: it also carries what flows through the two statistics.
+    Derive it (the chapter's text says how to start; its hint has the result).
     """
     ### BEGIN SOLUTION
     m = grad_out.shape[0]

@@ -2,8 +2,26 @@
 // arrays.  Each is a grid-stride loop (any grid covers any size) or, for reductions,
 // one block per output row.  The launchers wait for the device before they return, so
 // Python may read the (managed) results at once.
+//
+// The parts between "// BEGIN SOLUTION <slot>" and "// END SOLUTION" would give away an
+// exercise of chapter 04: a student copy of mini released before that chapter's solutions
+// ships without them (grader/solutions.py), and the device then runs the student's kernel
+// for that exercise, or the host for the other operations (backend.py asks which
+// launchers this file defines).
+
+static int blocks_for(long long n, int threads) {
+    long long b = (n + threads - 1) / threads;
+    return (int)(b < 1 ? 1 : (b > 1024 ? 1024 : b));   // grid-stride loops do the rest
+}
+
+static int finish() {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    return (int)e;
+}
 
 // ---------------------------------------------------------------- elementwise
+// BEGIN SOLUTION 04.cuda_add
 // binary operations: 0 add, 1 sub, 2 mul, 3 div, 4 maximum, 5 minimum, 6 pow
 __device__ float binary_op(int op, float x, float y) {
     switch (op) {
@@ -54,6 +72,22 @@ __global__ void unary_kernel(int op, const float* a, float* out, long long n) {
         out[i] = unary_op(op, a[i]);
 }
 
+int launch_ewise(int op, std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, long long n) {
+    if (n > 0) ewise_kernel<<<blocks_for(n, 256), 256>>>(op, (const float*)a, (const float*)b, (float*)out, n);
+    return finish();
+}
+
+int launch_scalar(int op, std::uintptr_t a, float s, std::uintptr_t out, long long n, int reverse) {
+    if (n > 0) scalar_kernel<<<blocks_for(n, 256), 256>>>(op, (const float*)a, s, (float*)out, n, reverse);
+    return finish();
+}
+
+int launch_unary(int op, std::uintptr_t a, std::uintptr_t out, long long n) {
+    if (n > 0) unary_kernel<<<blocks_for(n, 256), 256>>>(op, (const float*)a, (float*)out, n);
+    return finish();
+}
+// END SOLUTION
+
 // ---------------------------------------------------------------- layout
 // out[i] = in[offset + sum_d index_d(i) * strides[d]]: a strided view made compact.
 struct Layout {
@@ -94,7 +128,28 @@ __global__ void im2col_kernel(const float* x, float* cols, int N, int C, int H, 
     }
 }
 
+int launch_compact(std::uintptr_t in, std::uintptr_t out, long long n, long long offset,
+                   std::vector<long long> shape, std::vector<long long> strides) {
+    if (shape.size() > 8 || shape.size() != strides.size()) return (int)cudaErrorInvalidValue;
+    Layout L;
+    L.ndim = (int)shape.size();
+    for (int d = 0; d < L.ndim; ++d) { L.shape[d] = shape[d]; L.strides[d] = strides[d]; }
+    if (n > 0) compact_kernel<<<blocks_for(n, 256), 256>>>((const float*)in, (float*)out, n, offset, L);
+    return finish();
+}
+
+int launch_im2col(std::uintptr_t x, std::uintptr_t cols, int N, int C, int H, int W, int kh, int kw,
+                  int sh, int sw, int ph, int pw) {
+    int Ho = (H + 2 * ph - kh) / sh + 1, Wo = (W + 2 * pw - kw) / sw + 1;
+    long long total = (long long)N * Ho * Wo * C * kh * kw;
+    if (total > 0)
+        im2col_kernel<<<blocks_for(total, 256), 256>>>((const float*)x, (float*)cols, N, C, H, W, kh, kw,
+                                                       sh, sw, ph, pw, Ho, Wo);
+    return finish();
+}
+
 // ---------------------------------------------------------------- reductions
+// BEGIN SOLUTION 04.cuda_block_sum_shuffle
 // out[r] = op over in[r, :] for a compact [rows, cols] array, one block per row:
 // 0 sum, 1 max, 2 min (max and min propagate NaN, as numpy's do).
 __device__ float combine(int op, float a, float b) {
@@ -127,53 +182,6 @@ __global__ void row_reduce_kernel(int op, const float* in, float* out, long long
     }
 }
 
-// --- host launcher ---
-static int blocks_for(long long n, int threads) {
-    long long b = (n + threads - 1) / threads;
-    return (int)(b < 1 ? 1 : (b > 1024 ? 1024 : b));   // grid-stride loops do the rest
-}
-
-static int finish() {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    return (int)e;
-}
-
-int launch_ewise(int op, std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, long long n) {
-    if (n > 0) ewise_kernel<<<blocks_for(n, 256), 256>>>(op, (const float*)a, (const float*)b, (float*)out, n);
-    return finish();
-}
-
-int launch_scalar(int op, std::uintptr_t a, float s, std::uintptr_t out, long long n, int reverse) {
-    if (n > 0) scalar_kernel<<<blocks_for(n, 256), 256>>>(op, (const float*)a, s, (float*)out, n, reverse);
-    return finish();
-}
-
-int launch_unary(int op, std::uintptr_t a, std::uintptr_t out, long long n) {
-    if (n > 0) unary_kernel<<<blocks_for(n, 256), 256>>>(op, (const float*)a, (float*)out, n);
-    return finish();
-}
-
-int launch_compact(std::uintptr_t in, std::uintptr_t out, long long n, long long offset,
-                   std::vector<long long> shape, std::vector<long long> strides) {
-    if (shape.size() > 8 || shape.size() != strides.size()) return (int)cudaErrorInvalidValue;
-    Layout L;
-    L.ndim = (int)shape.size();
-    for (int d = 0; d < L.ndim; ++d) { L.shape[d] = shape[d]; L.strides[d] = strides[d]; }
-    if (n > 0) compact_kernel<<<blocks_for(n, 256), 256>>>((const float*)in, (float*)out, n, offset, L);
-    return finish();
-}
-
-int launch_im2col(std::uintptr_t x, std::uintptr_t cols, int N, int C, int H, int W, int kh, int kw,
-                  int sh, int sw, int ph, int pw) {
-    int Ho = (H + 2 * ph - kh) / sh + 1, Wo = (W + 2 * pw - kw) / sw + 1;
-    long long total = (long long)N * Ho * Wo * C * kh * kw;
-    if (total > 0)
-        im2col_kernel<<<blocks_for(total, 256), 256>>>((const float*)x, (float*)cols, N, C, H, W, kh, kw,
-                                                       sh, sw, ph, pw, Ho, Wo);
-    return finish();
-}
-
 int launch_row_reduce(int op, std::uintptr_t in, std::uintptr_t out, long long rows, long long cols) {
     int threads = 32;
     while (threads < 256 && threads < cols) threads *= 2;    // whole warps, up to 8
@@ -183,8 +191,14 @@ int launch_row_reduce(int op, std::uintptr_t in, std::uintptr_t out, long long r
     }
     return finish();
 }
+// END SOLUTION
 
+// ---------------------------------------------------------------- matmul
+// BEGIN SOLUTION 04.cuda_matmul_tiled
+// The tiled kernel of exercise 04.cuda_matmul_tiled (its source is put in front of this
+// file), waiting for the device as the other launchers do.
 int launch_matmul(std::uintptr_t A, std::uintptr_t B, std::uintptr_t C, int M, int N, int K) {
     launch_matmul_tiled(A, B, C, M, N, K);
     return finish();
 }
+// END SOLUTION
