@@ -430,6 +430,7 @@ _LAZY_OWNERS = ("mini.ops.conv", "mini.ops.fast_paths", "mini.backends.cpu.exerc
                 "mini.utils.train_state", "mini.distributed.ring",
                 "mini.nn.parallel.distributed", "mini.distributed.optim.zero_redundancy_optimizer",
                 "mini.utils.data.distributed", "mini.utils.checkpoint",
+                "mini.distributed.accumulation",
                 "mini.napkin.compile", "mini.jit.tracer", "mini.jit.replay", "mini.jit.fusion")
 
 

@@ -43,7 +43,7 @@ and :mod:`mini.distributed.checkpoint`.
 from mini.distributed.process_group import (DEFAULT_TIMEOUT, ProcessGroup, Work,
                                             destroy_process_group, get_backend, get_rank,
                                             get_world_size, init_process_group, is_available,
-                                            is_initialized, is_mpi_available)
+                                            is_initialized, is_mpi_available, sub_world)
 from mini.distributed.collectives import (ReduceOp, all_gather, all_gather_into_tensor,
                                           all_gather_object, all_reduce, barrier, broadcast,
                                           broadcast_object_list, irecv, isend, recv,
@@ -55,7 +55,7 @@ from mini.distributed.watchdog import DistributedError, DistributedTimeoutError,
 __all__ = [
     "init_process_group", "destroy_process_group", "is_initialized", "is_available",
     "is_mpi_available", "get_rank", "get_world_size", "get_backend", "ProcessGroup", "Work",
-    "DEFAULT_TIMEOUT", "ReduceOp", "send", "recv", "isend", "irecv", "broadcast", "all_reduce",
+    "DEFAULT_TIMEOUT", "sub_world", "ReduceOp", "send", "recv", "isend", "irecv", "broadcast", "all_reduce",
     "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
     "barrier", "broadcast_object_list", "all_gather_object", "ring_allreduce", "shard_bounds",
     "record_communication", "CommLog", "CommEvent", "DistributedError", "PeerFailure",

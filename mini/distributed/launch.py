@@ -32,9 +32,11 @@ started (12 s), but engines keep state between cells: functions defined in the n
 be pushed to them, and after one failed collective the ranks' MPI communicators are out of
 step (mini then refuses further operations), so the cluster must be restarted (about 15 s).
 
-Ranks share the machine's cores, so unless the caller sets them, ``OMP_NUM_THREADS`` and
-``OPENBLAS_NUM_THREADS`` are 1 in the ranks (4 ranks × 2 BLAS threads on 2 cores is slower
-than 4 × 1).  Values come back pickled: this is for code you trust (your own ranks).
+Ranks share the machine's cores, so each rank gets ``cpu_count // nprocs`` threads (at least
+one) for OpenMP and BLAS, whatever this process uses, unless ``env`` names
+``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS``: 4 ranks × 2 threads on 2 cores is slower
+than 4 × 1, and on a loaded machine an OpenMP team whose threads outnumber the free cores
+waits at every barrier for a descheduled thread (measured: a backward pass 20× slower).  Values come back pickled: this is for code you trust (your own ranks).
 """
 from __future__ import annotations
 
@@ -51,6 +53,10 @@ import time
 from dataclasses import dataclass, field
 
 __all__ = ["run", "LaunchResult", "LaunchError", "find_mpiexec"]
+
+
+_NOT_IMPLEMENTED = re.compile(r"ExerciseNotImplemented: (?:exercise )?(\d\d\.\w+) (?:is not "
+                              r"implemented yet|is part of mini)")
 
 
 class LaunchError(RuntimeError):
@@ -75,10 +81,25 @@ class LaunchResult:
 
     def check(self) -> "LaunchResult":
         """Return self if every rank succeeded, else raise :class:`LaunchError` with the
-        summary and the job's stderr."""
+        summary and the job's stderr.  When the ranks stopped because an exercise is not
+        implemented yet, raise that :class:`~mini.exercises.ExerciseNotImplemented` instead
+        (a notebook's ``needs_exercises`` then names the exercise to write)."""
         if not self.ok:
+            slot = self.missing_exercise()
+            if slot is not None:
+                from mini.exercises import ExerciseNotImplemented
+                raise ExerciseNotImplemented(slot, "a rank reached it")
             raise LaunchError(f"{self.summary}\n--- stderr of the job ---\n{self.stderr[-20000:]}")
         return self
+
+    def missing_exercise(self) -> str | None:
+        """The exercise whose stub stopped the job (``"06.ring_allreduce"``), if that is
+        why it failed."""
+        for text in [self.summary] + [self.errors[r] for r in sorted(self.errors)]:
+            m = _NOT_IMPLEMENTED.search(text or "")
+            if m:
+                return m.group(1)
+        return None
 
 
 def find_mpiexec() -> str:
@@ -145,8 +166,8 @@ def run(target, nprocs: int, args: tuple = (), kwargs: dict | None = None, *,
             _write_task(rundir, target, args, kwargs or {}, op_timeout, ship_exercises)
             argv = [sys.executable, "-u", "-m", "mini.distributed.launch", "--worker", rundir]
         full_env = dict(os.environ)
-        full_env.setdefault("OMP_NUM_THREADS", "1")
-        full_env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        threads = str(max(1, (os.cpu_count() or 1) // nprocs))
+        full_env["OMP_NUM_THREADS"] = full_env["OPENBLAS_NUM_THREADS"] = threads
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         old = full_env.get("PYTHONPATH")
         full_env["PYTHONPATH"] = os.pathsep.join(paths + ([old] if old else []))

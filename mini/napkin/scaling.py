@@ -41,7 +41,9 @@ __all__ = ["ring_allreduce_time", "ring_message_sizes", "ring_sent_elements",
            "ring_sent_bytes_per_rank", "fit_alpha_beta", "measure_pingpong",
            "ddp_memory_per_rank", "zero_memory_per_rank", "pipeline_bubble_fraction",
            "checkpoint_cost", "step_time_with_stragglers", "scaling_efficiency",
-           "is_communication_bound", "overlap_timeline", "measure_activation_memory"]
+           "is_communication_bound", "overlap_timeline", "measure_activation_memory",
+           "measure_allreduce", "bucket_timeline", "pipeline_schedule", "timed_steps",
+           "measure_training_memory"]
 
 
 # --------------------------------------------------------------------------- communication
@@ -78,14 +80,21 @@ def ring_sent_bytes_per_rank(n: int, p: int, itemsize: int = 4) -> float:
 
 def fit_alpha_beta(sizes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
     """Least-squares fit of ``t = α + n/β`` to one-way message times; returns ``(α, β)``
-    (seconds, bytes per second)."""
+    (seconds, bytes per second).
+
+    The fit minimises the *relative* error of each point: the times of a sweep span four
+    orders of magnitude, and a plain fit in seconds lets the jitter of the largest messages
+    decide α (measured on a busy laptop: α = 140 µs from a sweep whose 8-byte message took
+    17 µs).  Weighted by 1/t, every size counts alike and α follows the small messages."""
     n = np.asarray(sizes, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
     if n.shape != t.shape or n.size < 2:
         raise ValueError(f"need at least two (size, time) pairs of equal length, got "
                          f"{n.size} sizes and {t.size} times")
+    if not np.all(t > 0):
+        raise ValueError(f"message times must be positive seconds, got {t.tolist()}")
     A = np.stack([np.ones_like(n), n], axis=1)
-    (alpha, inv_beta), *_ = np.linalg.lstsq(A, t, rcond=None)
+    (alpha, inv_beta), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
     if inv_beta <= 0:
         raise ValueError("the times do not grow with the message size; measure larger "
                          "messages")
@@ -244,3 +253,144 @@ def measure_activation_memory(step) -> dict:
         numpy_backend.POOL_ENABLED = pool
     counts = {ph: sum(prof.op_counts(ph).values()) for ph in ("forward", "backward")}
     return {"peak_bytes": int(peak), "ops": counts, "forward_ops": prof.op_counts("forward")}
+
+
+# --------------------------------------------------------------------------- on the ranks
+#
+# The functions below run on every rank of a job (``mini.distributed.launch.run(fn, p,
+# args=...)``) and return plain data, the same on every rank unless said otherwise.
+
+def _slowest(seconds: float) -> float:
+    """The largest of every rank's ``seconds``: a collective step ends with its last rank."""
+    from mini import distributed as dist
+    t = np.array([seconds], dtype=np.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def measure_allreduce(sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22,
+                                               1 << 24), repeats: int = 5) -> dict:
+    """Seconds to all-reduce float32 arrays of each size in bytes, with the ring of exercise
+    06.ring_allreduce (``mini.distributed.ring_allreduce``: your implementation once it is
+    registered) and with MPI's own ``MPI_Allreduce`` (``mini.distributed.all_reduce``),
+    alternating, best of ``repeats`` each; a trial lasts until the slowest rank is done.
+    Call it on every rank.  Returns ``{"p", "sizes", "ring", "mpi"}``."""
+    from mini import distributed as dist
+    from mini.autograd.tensor import Tensor
+    p = dist.get_world_size()
+    out = {"p": p, "sizes": [int(n) for n in sizes], "ring": [], "mpi": []}
+    for size in sizes:
+        n = max(int(size) // 4, 1)
+        data = np.random.default_rng(dist.get_rank()).standard_normal(n).astype(np.float32)
+        best = {"ring": math.inf, "mpi": math.inf}
+        for _ in range(int(repeats)):
+            for name, op in (("ring", dist.ring_allreduce), ("mpi", dist.all_reduce)):
+                t = Tensor(data.copy())
+                dist.barrier()
+                start = time.perf_counter()
+                op(t)
+                best[name] = min(best[name], _slowest(time.perf_counter() - start))
+        out["ring"].append(best["ring"])
+        out["mpi"].append(best["mpi"])
+    return out
+
+
+def timed_steps(compute_seconds: float, slow_rank: int | None = None, slowdown: float = 1.0,
+                steps: int = 5, nbytes: int = 1 << 16) -> dict:
+    """Synchronous data-parallel steps with a simulated compute phase (a sleep of
+    ``compute_seconds``; ``slowdown`` times that on ``slow_rank``), each ending with an
+    all-reduce of ``nbytes``.  Returns this rank's ``compute`` and ``step`` seconds per
+    step: every rank's step lasts as long as the slowest rank's compute.  ``computed`` and
+    ``reduced`` are the ``time.perf_counter()`` moments each step's compute and all-reduce
+    ended (one clock for every process of a machine): no rank's all-reduce of step k ends
+    before the slowest rank has computed step k."""
+    from mini import distributed as dist
+    from mini.autograd.tensor import Tensor
+    rank = dist.get_rank()
+    grad = Tensor(np.ones(max(int(nbytes) // 4, 1), dtype=np.float32))
+    compute, step, computed, reduced = [], [], [], []
+    dist.barrier()
+    for _ in range(int(steps)):
+        start = time.perf_counter()
+        time.sleep(compute_seconds * (slowdown if rank == slow_rank else 1.0))
+        mid = time.perf_counter()
+        dist.all_reduce(grad)
+        end = time.perf_counter()
+        compute.append(mid - start)
+        step.append(end - start)
+        computed.append(mid)
+        reduced.append(end)
+    return {"rank": rank, "compute": compute, "step": step, "computed": computed,
+            "reduced": reduced}
+
+
+def measure_training_memory(numels: Sequence[int], zero: bool, lr: float = 1e-3) -> dict:
+    """Bytes this rank holds after one AdamW step on float32 parameters of the given sizes:
+    ``weights``, ``gradients`` and ``optimizer`` state (tensors counted by their bytes),
+    with plain AdamW (every rank holds all of it) or with
+    :class:`~mini.distributed.optim.ZeroRedundancyOptimizer` (``zero=True``: exercise
+    06.zero_step).  Call it on every rank."""
+    from mini import distributed as dist
+    from mini.autograd.tensor import Tensor
+    from mini.nn.parameter import Parameter
+    from mini.optim import AdamW
+    gen = np.random.default_rng(0)
+    params = [Parameter(Tensor(gen.standard_normal(int(k)).astype(np.float32))) for k in numels]
+    if zero:
+        from mini.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(params, optimizer_class=AdamW, lr=lr)
+        state = opt.optim.state
+    else:
+        opt = AdamW(params, lr=lr)
+        state = opt.state
+    for q in params:
+        q.grad = Tensor(np.ones(q.numel(), dtype=np.float32))
+    opt.step()
+    return {"rank": dist.get_rank(), "p": dist.get_world_size(),
+            "weights": sum(q.nbytes for q in params),
+            "gradients": sum(q.grad.nbytes for q in params),
+            "optimizer": sum(v.nbytes for s in state.values() for v in s.values()
+                             if isinstance(v, Tensor))}
+
+
+# --------------------------------------------------------------------------- pictures' data
+
+def bucket_timeline(records: Sequence[dict], sizes: Sequence[int], cap_bytes: int, p: int,
+                    alpha: float, beta: float, start: float) -> dict:
+    """The α-β timeline of DDP's buckets for a cap, drawn from one backward's event log.
+
+    ``records``: :meth:`CommLog.to_records` of a backward under DDP (its ``grad_ready``
+    markers say when each parameter's gradient was final, ``info["param"]``); ``sizes``:
+    each parameter's bytes; ``start``: ``time.perf_counter()`` when backward began.  The
+    buckets for ``cap_bytes`` come from exercise 06.assign_buckets.  Returns the seconds
+    (from ``start``) at which each bucket is ready, its all-reduce's ``(start, end)`` in the
+    model (:func:`overlap_timeline`), the end of backward, and the communication left after
+    it (``exposed``); ``serial`` is the same all-reduced after backward in one piece."""
+    from mini.nn.parallel.distributed import assign_buckets
+    ready = {}
+    for e in records:
+        if e.get("op") == "grad_ready" and (e.get("info") or {}).get("param") is not None:
+            ready[int(e["info"]["param"])] = float(e["start"]) - start
+    if len(ready) != len(sizes):
+        raise ValueError(f"the log has grad_ready markers for {len(ready)} parameters, "
+                         f"expected {len(sizes)}: record one whole backward under DDP")
+    buckets = assign_buckets([int(s) for s in sizes], int(cap_bytes))
+    bucket_ready = [max(ready[i] for i in b) for b in buckets]
+    bucket_bytes = [sum(int(sizes[i]) for i in b) for b in buckets]
+    spans = overlap_timeline(bucket_ready, bucket_bytes, p, alpha, beta)
+    end_backward = max(ready.values())
+    total = sum(int(s) for s in sizes)
+    return {"buckets": buckets, "ready": bucket_ready, "bytes": bucket_bytes, "spans": spans,
+            "backward_end": end_backward, "param_ready": [ready[i] for i in range(len(sizes))],
+            "exposed": max(0.0, spans[-1][1] - end_backward) if spans else 0.0,
+            "serial": ring_allreduce_time(total, p, alpha, beta)}
+
+
+def pipeline_schedule(p: int, m: int) -> list[list[int | None]]:
+    """GPipe's forward schedule: ``grid[stage][slot]`` is the micro-batch stage ``stage``
+    works on in time slot ``slot`` (None: idle, the bubble).  ``m + p - 1`` slots; each
+    stage is busy in ``m`` of them, so the idle fraction is
+    :func:`pipeline_bubble_fraction`."""
+    pipeline_bubble_fraction(p, m)          # validates p and m
+    return [[slot - stage if 0 <= slot - stage < m else None for slot in range(m + p - 1)]
+            for stage in range(p)]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import warnings
 
-from mini import random as _random
+from mini.random import get_rng_state, set_rng_state
 from mini.autograd import grad_mode
 from mini.autograd.function import Node
 from mini.autograd.tensor import Tensor
@@ -50,7 +50,7 @@ def checkpoint_forward(ctx, function, args: tuple, preserve_rng_state: bool):
     ### BEGIN SOLUTION
     ctx.function = function
     ctx.inputs = args
-    ctx.rng_state = _random.get_rng_state() if preserve_rng_state else None
+    ctx.rng_state = get_rng_state() if preserve_rng_state else None
     with grad_mode.no_grad():
         return function(*args)
     ### END SOLUTION
@@ -82,16 +82,16 @@ def checkpoint_backward(ctx, grad_output) -> tuple:
             detached.append(d)
         else:
             detached.append(a)
-    current = _random.get_rng_state() if ctx.rng_state is not None else None
+    current = get_rng_state() if ctx.rng_state is not None else None
     try:
         if ctx.rng_state is not None:
-            _random.set_rng_state(ctx.rng_state)
+            set_rng_state(ctx.rng_state)
         with grad_mode.enable_grad():
             output = ctx.function(*detached)
             backward(output, grad_output)
     finally:
         if current is not None:
-            _random.set_rng_state(current)
+            set_rng_state(current)
     return tuple(d.grad if isinstance(d, Tensor) and d.requires_grad else None
                  for d in detached)
     ### END SOLUTION

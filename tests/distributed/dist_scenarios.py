@@ -50,33 +50,15 @@ def ring_cases() -> list[dict]:
     return out
 
 
-def reduce_then_broadcast(tensor) -> None:
-    """A wrong "all-reduce" from send/recv: everything to rank 0, then rank 0 to everyone.
-    It gets the right sum; its traffic is not a ring's."""
-    import mini
-    import mini.distributed as dist
-    r, p = _world()
-    with mini.no_grad():
-        if r == 0:
-            buf = mini.empty(*tensor.shape, dtype=tensor.dtype)
-            for src in range(1, p):
-                dist.recv(buf, src)
-                tensor.add_(buf)
-            for dst in range(1, p):
-                dist.send(tensor, dst)
-        else:
-            dist.send(tensor, 0)
-            dist.recv(tensor, 0)
-
-
 def wrong_ring_cases() -> dict:
     import mini
     import mini.distributed as dist
     r, p = _world()
     n = 10
     t = mini.tensor(np.arange(n, dtype=np.float32) + r)
-    with dist.record_communication() as log:
-        reduce_then_broadcast(t)
+    from grader.mistakes.ch06_scaling import ring_reduce_then_broadcast
+    with dist.record_communication() as log:       # the right sum, the traffic of a star
+        ring_reduce_then_broadcast(t)
     star = log.to_records()
     t2 = mini.tensor(np.arange(n, dtype=np.float32) + r)
     with dist.record_communication() as log:
