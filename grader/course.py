@@ -265,16 +265,7 @@ c.CourseDirectory.ignore = {ignore!r}
 c.Execute.timeout = {cell_timeout}
 c.Execute.interrupt_on_timeout = True
 c.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]  # quiet kernels
-c.Autograde.autograde_preprocessors = [
-    "grader.preprocessors.SandboxedExecute",
-    "grader.preprocessors.TrustedVerdicts",
-    "nbgrader.preprocessors.IgnorePattern",
-    "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
-]
+c.Autograde.autograde_preprocessors = {preprocessors}
 # The kernel's sandbox: memory (all its processes together), processes, and the wall-clock
 # budget of a whole notebook (seconds).
 c.SandboxedExecute.memory_limit = {kernel_memory!r}
@@ -341,7 +332,9 @@ def init_course(course_dir: str | Path, *, course_src: Path | None = None,
             shutil.move(str(path), str(target))
             log(f"backed up {path.relative_to(course_dir)} -> {target.relative_to(course_dir)}")
 
+    from grader.batch import AUTOGRADE_PREPROCESSORS     # one list: the config and the batch
     config_text = CONFIG_TEMPLATE.format(
+        preprocessors="[\n" + "".join(f'    "{p}",\n' for p in AUTOGRADE_PREPROCESSORS) + "]",
         course_id=course_id, ignore=IGNORE, cell_timeout=int(cell_timeout),
         check_timeout=float(check_timeout), check_memory=str(check_memory),
         kernel_memory=str(kernel_memory), notebook_timeout=float(notebook_timeout),
