@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from grader.checks import check, part
+from grader.checks import CheckFailed, check, part
 from grader.checks.helpers import (call, call_text, describe, expect_choice, expect_float,
                                    expect_int, fail, raised_as_failure, rng)
 from grader.worker.codec import ExceptionRecord, TensorRecord, TensorSpec
@@ -254,10 +254,16 @@ def _bn_call(fn, case, training):
 @check("05.batchnorm_forward", points=POINTS["05.batchnorm_forward"])
 def check_batchnorm_forward(fn):
     cases = list(_bn_cases())
+    trained: dict[int, tuple] = {}   # each case's training-mode call, made once for both parts
+
+    def training_call(i):
+        if i not in trained:
+            trained[i] = _bn_call(fn, cases[i], True)
+        return trained[i]
+
     with part("training: y, x_hat and inv_std", BN_FORWARD_PARTS["training: y, x_hat and inv_std"]):
-        for case in cases:
-            x, rm, rv, w, b, momentum, eps = case
-            what, y, xh, inv, _, _ = _bn_call(fn, case, True)
+        for i, (x, rm, rv, w, b, momentum, eps) in enumerate(cases):
+            what, y, xh, inv, _, _ = training_call(i)
             ey, exh, einv, _, _ = _bn_np(x, rm, rv, w, b, True, momentum, eps)
             _close(y, ey, f"{what}: y", "normalise with the batch mean and the biased batch "
                    "variance (divide by M), then scale by weight and shift by bias")
@@ -265,9 +271,8 @@ def check_batchnorm_forward(fn):
             _close(inv, einv, f"{what}: inv_std", "inv_std is the reciprocal of the standard "
                    "deviation, with eps added to the variance")
     with part("running statistics", BN_FORWARD_PARTS["running statistics"]):
-        for case in cases:
-            x, rm, rv, w, b, momentum, eps = case
-            what, _, _, _, new_rm, new_rv = _bn_call(fn, case, True)
+        for i, (x, rm, rv, w, b, momentum, eps) in enumerate(cases):
+            what, _, _, _, new_rm, new_rv = training_call(i)
             _, _, _, erm, erv = _bn_np(x, rm, rv, w, b, True, momentum, eps)
             if _near(new_rm, rm) and _near(new_rv, rv):
                 fail(f"{what}: the running statistics did not change; update running_mean "
@@ -575,10 +580,23 @@ def _adamw_trajectories(fn, decay: bool):
             p, m, v = got[0], got[2], got[3]     # the student's state is the truth from here
 
 
+def _steps_until_failure(steps):
+    """The steps a trajectory got through, and the failure that ended it (None if none): one
+    run serves several parts, and each part still meets the failure where the run did."""
+    done = []
+    try:
+        for step in steps:
+            done.append(step)
+    except CheckFailed as e:
+        return done, e
+    return done, None
+
+
 @check("05.adamw_step", points=POINTS["05.adamw_step"])
 def check_adamw_step(fn):
+    plain, plain_failure = _steps_until_failure(_adamw_trajectories(fn, decay=False))
     with part("moment estimates", ADAMW_PARTS["moment estimates"]):
-        for what, (_, g, *_rest), (_, m, v), got in _adamw_trajectories(fn, decay=False):
+        for what, (_, g, *_rest), (_, m, v), got in plain:
             if not np.array_equal(got[1], g):
                 fail(f"{what}: the call changed grad in place; grad belongs to the caller "
                      f"(autograd and gradient clipping read it after the step): compute with "
@@ -588,9 +606,10 @@ def check_adamw_step(fn):
             _close(got[3], v, f"{what}: exp_avg_sq (updated in place)",
                    "exp_avg_sq is an exponential moving average of the squared gradient with "
                    "decay beta2")
+        if plain_failure is not None:
+            raise plain_failure
     with part("bias-corrected step", ADAMW_PARTS["bias-corrected step"]):
-        for what, (before, g, m0, v0, step, lr, b1, b2, eps, _), (p, m, v), got \
-                in _adamw_trajectories(fn, decay=False):
+        for what, (before, _, _, _, step, lr, b1, b2, eps, _), (p, _, _), got in plain:
             if _near(got[0], p):
                 continue
             if _near(got[0], before):
@@ -606,6 +625,8 @@ def check_adamw_step(fn):
                      f"far too small")
             _close(got[0], p, f"{what}: param",
                    "param <- param - lr/(1-beta1^t) · m / (sqrt(v)/sqrt(1-beta2^t) + eps)")
+        if plain_failure is not None:
+            raise plain_failure
     with part("decoupled weight decay", ADAMW_PARTS["decoupled weight decay"]):
         for what, (before, g, m0, v0, step, lr, b1, b2, eps, wd), (p, m, v), got \
                 in _adamw_trajectories(fn, decay=True):
