@@ -32,11 +32,10 @@ from grader.notebook_build import (SourceError, build_notebook, chapter_sources,
 CHAPTERS = chapters_with_notebooks()
 BASELINE = Path(__file__).with_name("conversion_baseline.json")
 
-# Cells whose text differs on purpose from the notebooks recorded in BASELINE (the ones the
-# old course/build_chNN_*.py scripts wrote), and why.  Ids and nbgrader metadata never
-# differ; every other cell's text is the same to the letter.
-SETUP = "the setup cell imports the shared helpers from mini.notebook instead of defining them"
-INTENDED: dict[str, dict[str, str]] = {}   # empty since the last --record
+# Cells whose text differs on purpose from the notebooks recorded in BASELINE ({notebook:
+# {cell id: why}}).  Ids and nbgrader metadata never differ; every other cell's text is the
+# same to the letter.  Empty since the last --record.
+INTENDED: dict[str, dict[str, str]] = {}
 
 
 def _digest(nb) -> list[str]:
