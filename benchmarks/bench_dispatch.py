@@ -40,7 +40,6 @@ def _cases(size: int) -> dict:
     except ImportError:
         torch = None
     if torch is not None:
-        torch.set_num_threads(1)
         ta = torch.tensor(x, requires_grad=True)
         tb = torch.tensor(x, requires_grad=True)
         tc, td = ta.detach(), tb.detach()
@@ -51,18 +50,37 @@ def _cases(size: int) -> dict:
     return cases
 
 
+def _torch_threads(n: int | None) -> int | None:
+    """Set PyTorch's thread count to ``n`` (None: leave it); the previous count, or None
+    without torch.  PyTorch and mini's extensions share one OpenMP runtime, so the count
+    must come back after measuring (a caller in the same process would inherit it)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    return before
+
+
 def measure(size: int = 4, rounds: int = 15, number: int = 20000) -> dict:
-    """Best seconds per call of each case, measured in interleaved rounds."""
-    cases = _cases(size)
-    for fn in cases.values():  # warm up: first calls build caches
-        for _ in range(100):
-            fn()
-    best = {name: float("inf") for name in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            t = timeit.timeit(fn, number=number, timer=time.thread_time) / number
-            best[name] = min(best[name], t)
-    return best
+    """Best seconds per call of each case, measured in interleaved rounds (PyTorch on one
+    thread, as mini's add runs; its previous thread count restored after)."""
+    before = _torch_threads(1)
+    try:
+        cases = _cases(size)
+        for fn in cases.values():  # warm up: first calls build caches
+            for _ in range(100):
+                fn()
+        best = {name: float("inf") for name in cases}
+        for _ in range(rounds):
+            for name, fn in cases.items():
+                t = timeit.timeit(fn, number=number, timer=time.thread_time) / number
+                best[name] = min(best[name], t)
+        return best
+    finally:
+        _torch_threads(before)
 
 
 def main(argv=None) -> int:

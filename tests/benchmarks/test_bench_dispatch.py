@@ -16,7 +16,9 @@ def _load():
 
 
 def test_bench_dispatch_measures_every_case_and_prints_ratios(capsys):
+    from mini.utils import cpp_extension
     bench = _load()
+    threads = cpp_extension.get_max_threads()
     best = bench.measure(size=4, rounds=1, number=5)
     for device in ("numpy", "cpu"):
         for mode in ("autograd", "no autograd"):
@@ -26,3 +28,5 @@ def test_bench_dispatch_measures_every_case_and_prints_ratios(capsys):
     assert "mini cpu autograd" in out and "numpy" in out
     if "torch autograd" in best:
         assert "ratio mini cpu   / torch, autograd" in out
+    # torch and mini's extensions share one OpenMP runtime: the benchmark gives it back as it found it
+    assert cpp_extension.get_max_threads() == threads
